@@ -1,0 +1,120 @@
+"""Env names -> creators of tensor vector envs.
+
+Names (part of the public interface):
+
+* built-in batched torch tasks under their plain names: ``CartPole``,
+  ``Acrobot``, ``Pendulum``, ``MountainCarContinuous``;
+* gymnasium ids as ``gym:<id>`` (e.g. ``gym:HalfCheetah-v5``);
+* later sources under their own prefixes: ``envpool:<id>``, ``isaacgym:<Task>``,
+  ``isaaclab:<Task>``.
+
+Every creator takes ``(num_envs, device, seed, **task_kwargs)`` and returns a
+:class:`~rllib_fast.envs.base.TensorVecEnv`. The same names are registered with
+``ray.tune.registry.register_env`` so ``config.environment("CartPole")`` resolves
+inside Tune trial actors, where the creator receives an ``EnvContext`` dict.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from .base import TensorVecEnv
+
+EnvCreator = Callable[..., TensorVecEnv]
+
+_CREATORS: Dict[str, EnvCreator] = {}
+_PREFIXES: Dict[str, EnvCreator] = {}
+# keys of env_config that are not task kwargs
+_RESERVED = ("num_envs", "device", "seed")
+
+
+class UnknownEnvError(ValueError):
+    """Raised for an env name no source knows."""
+
+
+def register(name: str, creator: EnvCreator) -> None:
+    """Register a tensor env creator under a plain name."""
+    _CREATORS[name] = creator
+
+
+def register_prefix(prefix: str, creator: EnvCreator) -> None:
+    """Register a source for ``<prefix>:<id>`` names; creator gets ``id`` first."""
+    _PREFIXES[prefix] = creator
+
+
+def list_envs() -> List[str]:
+    """Plain names plus ``prefix:<id>`` patterns, for ``rllib-fast list``."""
+    return sorted(_CREATORS) + [f"{p}:<id>" for p in sorted(_PREFIXES)]
+
+
+def is_known(name: Any) -> bool:
+    if not isinstance(name, str):
+        return False
+    if name in _CREATORS:
+        return True
+    prefix, sep, _ = name.partition(":")
+    return bool(sep) and prefix in _PREFIXES
+
+
+def unknown_env_message(name: Any) -> str:
+    close = difflib.get_close_matches(str(name), list(_CREATORS), n=3)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    return (f"unknown env {name!r}.{hint} Allowed: {', '.join(list_envs())} "
+            f"(or a callable / registered Tune env returning a TensorVecEnv)")
+
+
+def make(name: str, num_envs: int = 1, device: Any = "cpu", seed: Optional[int] = None,
+         **task_kwargs: Any) -> TensorVecEnv:
+    """Create a tensor vector env by name."""
+    _ensure_builtin_sources()
+    if name in _CREATORS:
+        return _CREATORS[name](num_envs=num_envs, device=device, seed=seed, **task_kwargs)
+    prefix, sep, rest = name.partition(":")
+    if sep and prefix in _PREFIXES:
+        return _PREFIXES[prefix](rest, num_envs=num_envs, device=device, seed=seed, **task_kwargs)
+    raise UnknownEnvError(unknown_env_message(name))
+
+
+def make_from_context(name: str, ctx: Mapping[str, Any]) -> TensorVecEnv:
+    """Create from a Tune ``EnvContext``/dict: reserved keys + task kwargs."""
+    ctx = dict(ctx)
+    kwargs = {k: v for k, v in ctx.items() if k not in _RESERVED}
+    return make(name, num_envs=int(ctx.get("num_envs", 1)), device=ctx.get("device", "cpu"),
+                seed=ctx.get("seed"), **kwargs)
+
+
+def register_with_tune() -> None:
+    """Make every plain name resolvable by RLlib/Tune (``register_env``).
+
+    Prefixed names are resolved by FastAlgorithm itself (Tune's registry needs
+    exact names), see :func:`rllib_fast.core.algorithm.resolve_env_creator`.
+    """
+    from ray.tune.registry import register_env
+
+    _ensure_builtin_sources()
+    for name in list(_CREATORS):
+        register_env(name, _TuneCreator(name))
+
+
+class _TuneCreator:
+    """Picklable creator for Tune's registry (lambdas do not survive cloudpickle
+    by reference across processes as cleanly)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, ctx: Mapping[str, Any]) -> TensorVecEnv:
+        return make_from_context(self.name, ctx)
+
+
+_loaded = False
+
+
+def _ensure_builtin_sources() -> None:
+    """Import the built-in sources lazily (they register themselves)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    from . import classic  # noqa: F401  (registers CartPole, Acrobot, ...)
+    from . import gymnasium as _gym  # noqa: F401  (registers the gym: prefix)
