@@ -1,2 +1,5 @@
 """Algorithm name -> class, registered with Tune by :func:`rllib_fast.register`."""
-ALGORITHMS: dict = {}
+from .ppo import FastPPO, FastPPOConfig
+
+ALGORITHMS = {"FastPPO": FastPPO}
+CONFIGS = {"FastPPO": FastPPOConfig}

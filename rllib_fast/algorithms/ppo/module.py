@@ -1,0 +1,134 @@
+"""The FastPPO policy: an RLModule (so ``algo.get_module()`` and RLlib-style
+inference work) whose hot-path methods are plain tensor functions.
+
+The observation and value normalisers are buffers of this module, so a policy
+restored from a checkpoint normalises exactly as in training. Continuous
+actions are produced in [-1, 1] units and mapped affinely to the env's bounds
+(then clipped), so one initial std suits every task.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Tuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
+from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+from torch import nn
+from torch.nn import functional as F
+
+from ...core.nets import mlp
+from ...core.normalize import RunningMeanStd
+
+_LOG_2PI = math.log(2 * math.pi)
+
+
+class FastPPOModule(TorchRLModule, ValueFunctionAPI):
+    """Separate actor and critic MLPs.
+
+    ``model_config``: hidden_sizes, activation, std_mode, init_log_std.
+    """
+
+    def setup(self) -> None:
+        mc = dict(self.model_config or {})
+        obs_dim = int(np.prod(self.observation_space.shape))
+        hidden, act = mc.get("hidden_sizes", [64, 64]), mc.get("activation", "tanh")
+        self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
+        self.state_dependent_std = mc.get("std_mode", "state_independent") == "state_dependent"
+        if self.discrete:
+            out = int(self.action_space.n)
+        else:
+            self.act_dim = int(np.prod(self.action_space.shape))
+            out = self.act_dim * (2 if self.state_dependent_std else 1)
+            low = torch.as_tensor(self.action_space.low, dtype=torch.float32)
+            high = torch.as_tensor(self.action_space.high, dtype=torch.float32)
+            self.register_buffer("act_low", low)
+            self.register_buffer("act_high", high)
+            if not self.state_dependent_std:
+                self.log_std = nn.Parameter(torch.full((self.act_dim,), float(mc.get("init_log_std", 0.0))))
+            self.init_log_std = float(mc.get("init_log_std", 0.0))
+        self.pi = mlp(obs_dim, hidden, out, act, out_gain=0.01)
+        self.vf = mlp(obs_dim, hidden, 1, act, out_gain=1.0)
+        self.obs_norm = RunningMeanStd((obs_dim,))
+        self.value_norm = RunningMeanStd((), clip=math.inf)
+
+    # -- hot path (normalised observations in) -------------------------------------
+    def dist_params(self, obs_n: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor | None]:
+        out = self.pi(obs_n)
+        if self.discrete:
+            return out, None
+        if self.state_dependent_std:
+            mean, log_std = out.split(self.act_dim, dim=-1)
+            return mean, (log_std + self.init_log_std).clamp(-20.0, 2.0)
+        return out, self.log_std.expand_as(out)
+
+    def sample(self, obs_n: torch.Tensor, deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Actions and their log-probabilities for a batch."""
+        p, log_std = self.dist_params(obs_n)
+        if self.discrete:
+            logp_all = F.log_softmax(p, dim=-1)
+            if deterministic:
+                a = p.argmax(-1)
+            else:  # Gumbel-max: one kernel chain, no torch.distributions overhead
+                g = -torch.log(-torch.log(torch.rand_like(p).clamp_(1e-20, 1.0)))
+                a = (logp_all + g).argmax(-1)
+            return a, logp_all.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+        a = p if deterministic else p + torch.randn_like(p) * log_std.exp()
+        return a, self._gauss_logp(a, p, log_std)
+
+    @staticmethod
+    def _gauss_logp(a, mean, log_std):
+        z = (a - mean) * torch.exp(-log_std)
+        return (-0.5 * z.pow(2) - log_std - 0.5 * _LOG_2PI).sum(-1)
+
+    def evaluate_actions(self, obs_n: torch.Tensor, actions: torch.Tensor):
+        """Log-probs and entropies of given actions (for the PPO loss)."""
+        p, log_std = self.dist_params(obs_n)
+        if self.discrete:
+            logp_all = F.log_softmax(p, dim=-1)
+            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            return logp, entropy
+        logp = self._gauss_logp(actions, p, log_std)
+        entropy = (0.5 + 0.5 * _LOG_2PI + log_std).sum(-1)
+        return logp, entropy
+
+    def value(self, obs_n: torch.Tensor) -> torch.Tensor:
+        """Critic output in normalised-return units."""
+        return self.vf(obs_n).squeeze(-1)
+
+    def to_env_action(self, a: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            return a
+        scaled = self.act_low + (a.clamp(-1.0, 1.0) + 1.0) * 0.5 * (self.act_high - self.act_low)
+        return scaled
+
+    # -- RLModule API (raw observations in) ------------------------------------------
+    def _forward(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        obs_n = self.obs_norm.normalize(batch[Columns.OBS].float())
+        p, log_std = self.dist_params(obs_n)
+        dist_inputs = p if self.discrete else torch.cat([p, log_std], dim=-1)
+        return {Columns.ACTION_DIST_INPUTS: dist_inputs}
+
+    def _forward_inference(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        out = self._forward(batch)
+        obs_n = self.obs_norm.normalize(batch[Columns.OBS].float())
+        a, _ = self.sample(obs_n, deterministic=True)
+        out[Columns.ACTIONS] = self.to_env_action(a)
+        return out
+
+    def compute_values(self, batch: Dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        """Denormalised state values for raw observations."""
+        obs_n = self.obs_norm.normalize(batch[Columns.OBS].float())
+        return self.value_norm.denormalize(self.value(obs_n))
+
+    def get_inference_action_dist_cls(self):
+        from ray.rllib.models.torch.torch_distributions import TorchCategorical, TorchDiagGaussian
+
+        return TorchCategorical if self.discrete else TorchDiagGaussian
+
+    get_exploration_action_dist_cls = get_inference_action_dist_cls
+    get_train_action_dist_cls = get_inference_action_dist_cls

@@ -1,0 +1,412 @@
+"""FastConfig / FastAlgorithm: every RLlib and Tune obligation, written once.
+
+A FastAlgorithm owns a tensor vector env and its torch modules directly; it
+builds no EnvRunnerGroup and no LearnerGroup (RLlib's per-env Python episode
+machinery caps at ~20k env-steps/s; see DESIGN.md §1 and
+notes/rllib-2.60-integration.md §1.2). What remains of RLlib is its public
+contract, which we honour here so subclasses only write the algorithm:
+
+* ``config.build_algo().train()``, ``tune.Tuner("FastPPO")``, ``tune.run``;
+* checkpoints (``save_to_path``/``Algorithm.from_checkpoint``/Tune), with the
+  env, RNG and episode trackers included so a restore continues identically;
+* ``reset_config`` for PBT actor reuse, re-applying live hyperparameters;
+* ``evaluate()`` on a separate env, the standard metric keys, GPU resource
+  requests and ``get_module()``.
+
+Subclasses implement ``build()``, ``training_step()``, ``compute_actions()``
+and list their checkpointed parts in ``stateful_components()``.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Dict, Mapping, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
+from ray.rllib.env.env_context import EnvContext
+from ray.rllib.utils.checkpoints import Checkpointable
+from ray.rllib.utils.debug.deterministic import update_global_seed_if_necessary
+from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MEAN,
+                                     NUM_ENV_STEPS_SAMPLED, NUM_ENV_STEPS_SAMPLED_LIFETIME,
+                                     NUM_EPISODES)
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+from ray.tune.execution.placement_groups import PlacementGroupFactory
+from ray.tune.registry import ENV_CREATOR, _global_registry
+
+from ..envs import registry as env_registry
+from ..envs.base import TensorVecEnv, validate_env
+from .metrics import EpisodeTracker
+from .params import Param, apply_defaults, unknown_key_message
+
+logger = logging.getLogger(__name__)
+
+
+def _device_ok(value: Any) -> bool:
+    if value == "auto":
+        return True
+    try:
+        torch.device(value)
+        return True
+    except (RuntimeError, TypeError):
+        return False
+
+
+class FastConfig(AlgorithmConfig):
+    """Base config of every rllib_fast algorithm.
+
+    Hyperparameters are declared in ``HYPERPARAMETERS`` (merged along the class
+    hierarchy) and become top-level attributes, so Tune/PBT/Optuna can search
+    and mutate them by name. ``training(**kw)`` accepts any declared key.
+    """
+
+    HYPERPARAMETERS: Dict[str, Param] = {
+        "num_envs": Param(64, "number of parallel envs in the tensor vector env", (int,), low=1),
+        "env_device": Param("auto", "torch device of env, storage and learner; 'auto' = cuda if available",
+                            (str,), check=(_device_ok, "'auto' or a torch device string such as 'cpu', 'cuda:0'")),
+        "lr": Param(3e-4, "learning rate", low=0.0, low_open=True, live=True),
+        "gamma": Param(0.99, "discount factor", low=0.0, high=1.0, live=True),
+        "grad_clip": Param(None, "global gradient-norm clip (None: off)", low=0.0, low_open=True,
+                           optional=True, live=True),
+        "validate_env_on_setup": Param(True, "check the env against the contract once at setup", (bool,)),
+    }
+    # Attributes a config may carry that a fresh instance lacks (set by RLlib/Tune).
+    _TOLERATED_EXTRA_KEYS = frozenset({"class", "__trial_info__", "_enable_new_api_stack", "checkpoint_trainable_policies_only"})
+
+    def __init__(self, algo_class=None):
+        super().__init__(algo_class=algo_class)
+        apply_defaults(self, self.hyperparameter_spec())
+        self.num_env_runners = 0
+        self.framework_str = "torch"
+        # greedy evaluation by default; `evaluation(evaluation_config={"explore": True})` changes it
+        self.evaluation_config = {"explore": False}
+
+    # -- spec helpers ---------------------------------------------------------
+    @classmethod
+    def hyperparameter_spec(cls) -> Dict[str, Param]:
+        spec: Dict[str, Param] = {}
+        for klass in reversed(cls.__mro__):
+            spec.update(getattr(klass, "HYPERPARAMETERS", {}) if "HYPERPARAMETERS" in vars(klass) else {})
+        return spec
+
+    @classmethod
+    def help(cls) -> str:
+        """A table of this algorithm's own hyperparameters."""
+        rows = [f"{k:28s} default={p.default!r:<14} {p.allowed():38s} {p.doc}"
+                for k, p in sorted(cls.hyperparameter_spec().items())]
+        return "\n".join(rows)
+
+    def hyperparameters(self) -> Dict[str, Any]:
+        """Current values of the declared hyperparameters (what MLflow records)."""
+        out = {k: getattr(self, k) for k in self.hyperparameter_spec()}
+        out.update(env=self.env if isinstance(self.env, str) else getattr(self.env, "__name__", str(self.env)),
+                   seed=self.seed)
+        return out
+
+    # -- builder methods -----------------------------------------------------
+    def training(self, **kwargs) -> "FastConfig":
+        spec = self.hyperparameter_spec()
+        ours = {k: v for k, v in kwargs.items() if k in spec}
+        rest = {k: v for k, v in kwargs.items() if k not in spec}
+        for k, v in ours.items():
+            if v is not NotProvided:
+                setattr(self, k, v)
+        if rest:
+            try:
+                super().training(**rest)
+            except TypeError as err:
+                bad = next(iter(rest))
+                for k in rest:
+                    if k in str(err):
+                        bad = k
+                raise ValueError(unknown_key_message(type(self).__name__, bad,
+                                                     set(spec) | set(vars(self)))) from None
+        return self
+
+    def environment(self, env=NotProvided, *, num_envs=NotProvided, env_device=NotProvided, **kwargs):
+        super().environment(env, **kwargs)
+        if num_envs is not NotProvided:
+            self.num_envs = num_envs
+        if env_device is not NotProvided:
+            self.env_device = env_device
+        return self
+
+    # -- validation -----------------------------------------------------------
+    def validate(self) -> None:
+        super().validate()
+        name = type(self).__name__
+        known = set(vars(type(self)()))
+        for key in vars(self):
+            if key not in known and key not in self._TOLERATED_EXTRA_KEYS:
+                self._value_error(unknown_key_message(name, key, set(self.hyperparameter_spec()) | known))
+        for key, p in self.hyperparameter_spec().items():
+            msg = p.error(key, getattr(self, key))
+            if msg:
+                self._value_error(f"{name}: {msg}")
+        self._validate_env_spec()
+        if self.evaluation_duration_unit != "episodes" and self.evaluation_interval:
+            self._value_error(f"{name}: `evaluation_duration_unit` = {self.evaluation_duration_unit!r} "
+                              "is not supported; allowed: 'episodes'")
+        self.validate_algorithm()
+
+    def validate_algorithm(self) -> None:
+        """Cross-key checks of a subclass; call ``self._value_error(msg)``."""
+
+    def _validate_env_spec(self) -> None:
+        env = self.env
+        if env is None or callable(env):
+            return
+        if isinstance(env, str):
+            if env_registry.is_known(env) or _global_registry.contains(ENV_CREATOR, env):
+                return
+            msg = env_registry.unknown_env_message(env)
+            if ":" not in env and "-v" in env:
+                msg += f" (a gymnasium id is written 'gym:{env}')"
+            self._value_error(f"{type(self).__name__}: `env` {msg}")
+        self._value_error(f"{type(self).__name__}: `env` = {env!r} has type {type(env).__name__}; "
+                          "allowed: an env name (str) or a callable returning a TensorVecEnv")
+
+    # -- derived --------------------------------------------------------------
+    def resolved_device(self) -> torch.device:
+        if self.env_device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.env_device)
+
+
+def _to_cpu(tree: Any) -> Any:
+    """Deep-copy a state tree with every tensor moved to the CPU (so a GPU
+    checkpoint loads on a CPU machine)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().to("cpu", copy=True)
+    if isinstance(tree, dict):
+        return {k: _to_cpu(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_to_cpu(v) for v in tree)
+    return tree
+
+
+class FastAlgorithm(Algorithm):
+    """RLlib ``Algorithm`` whose hot path is a tensor vector env on one device."""
+
+    # -- construction ---------------------------------------------------------
+    def setup(self, config: AlgorithmConfig) -> None:  # noqa: D401 - RLlib hook
+        # Bookkeeping Algorithm.setup would have done, minus EnvRunnerGroup/LearnerGroup.
+        from ray.rllib.utils import force_list
+        from ray.rllib.callbacks.utils import make_callback
+
+        self.callbacks = [cls() for cls in force_list(self.config.callbacks_class)]
+        self.evaluation_config = self.config.get_evaluation_config_object()
+        self.evaluation_config.validate()
+        self.evaluation_config.freeze()
+        self.env_runner_group = self.eval_env_runner_group = None
+        self.offline_data = self.offline_eval_runner_group = None
+        self._aggregator_actor_manager = None
+        self.spaces = self.env_to_module_connector = self.module_to_env_connector = None
+        self._set_up_metrics()
+        self._build_all()
+        make_callback("on_algorithm_init", self.callbacks, self.config.callbacks_on_algorithm_init,
+                      kwargs=dict(algorithm=self, metrics_logger=self.metrics))
+
+    def _build_all(self) -> None:
+        cfg = self.config
+        self.seed = cfg.seed if cfg.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
+        update_global_seed_if_necessary("torch", self.seed)
+        torch.manual_seed(self.seed)
+        self.device = cfg.resolved_device()
+        self.env = self.make_env(cfg.num_envs, self.seed)
+        if cfg.validate_env_on_setup:
+            validate_env(self.env)
+        self.tracker = EpisodeTracker(cfg.num_envs, self.device, cfg.metrics_num_episodes_for_smoothing)
+        self._eval_env: Optional[TensorVecEnv] = None
+        self.obs = self.env.reset(seed=self.seed)
+        self.build()
+
+    def make_env(self, num_envs: int, seed: int) -> TensorVecEnv:
+        """Create the tensor env from ``config.env`` (a name, a Tune-registered
+        creator or a callable), wrapping gymnasium vector envs if returned."""
+        cfg = self.config
+        ctx = EnvContext({**cfg.env_config, "num_envs": num_envs, "device": str(self.device), "seed": seed},
+                         worker_index=0)
+        env = cfg.env
+        if isinstance(env, str) and env_registry.is_known(env):
+            out = env_registry.make_from_context(env, ctx)
+        elif isinstance(env, str):
+            out = _global_registry.get(ENV_CREATOR, env)(ctx)
+        else:
+            out = env(ctx)
+        if isinstance(out, gym.vector.VectorEnv):
+            from ..envs.gymnasium import GymVectorEnvAdapter
+
+            out = GymVectorEnvAdapter(out, device=self.device)
+        if not hasattr(out, "step") or not hasattr(out, "single_action_space"):
+            raise TypeError(f"env {env!r} produced {type(out).__name__}, which is not a TensorVecEnv "
+                            "(see rllib_fast.envs.base) nor a gymnasium VectorEnv")
+        return out
+
+    # -- subclass hooks -------------------------------------------------------
+    def build(self) -> None:
+        """Create modules, optimizers and storage (env and tracker exist)."""
+        raise NotImplementedError("abstract: FastAlgorithm.build")
+
+    def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
+        """Batched actions for ``obs`` (used by evaluation and the CLI)."""
+        raise NotImplementedError("abstract: FastAlgorithm.compute_actions")
+
+    def stateful_components(self) -> Dict[str, Any]:
+        """name -> object with state_dict/load_state_dict, saved in checkpoints."""
+        return {"tracker": self.tracker}
+
+    def extra_state(self) -> Dict[str, Any]:
+        """Loose tensors/values to checkpoint (e.g. the current observation)."""
+        return {"obs": self.obs}
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        self.obs = state["obs"].to(self.device)
+
+    def optimizers(self) -> list:
+        """Optimizers whose learning rate follows ``config.lr``."""
+        return []
+
+    def apply_live_hyperparameters(self) -> None:
+        """Push live hyperparameters (lr, ...) into optimizers after a config
+        change or a restore (PBT: the donor checkpoint carries its own lr)."""
+        for opt in self.optimizers():
+            for group in opt.param_groups:
+                group["lr"] = self.config.lr
+
+    # -- RLlib obligations ------------------------------------------------------
+    def restore_env_runners(self, env_runner_group) -> list:
+        return []
+
+    def get_module(self, module_id: str = "default_policy"):
+        return getattr(self, "module", None)
+
+    def log_env_steps(self, n: int) -> None:
+        """Count sampled env steps (standard keys, with throughput)."""
+        self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), n,
+                               reduce="lifetime_sum", with_throughput=True)
+        self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED), n, reduce="sum")
+        self.metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, n, reduce="lifetime_sum")
+
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> Dict[str, Any]:
+        env_state = self.env.get_state() if hasattr(self.env, "get_state") else None
+        return {
+            "components": {k: _to_cpu(v.state_dict()) for k, v in self.stateful_components().items()},
+            "extra": _to_cpu(self.extra_state()),
+            "env": _to_cpu(env_state),
+            "rng": {"torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+            "metrics_logger": self.metrics.get_state(),
+            "training_iteration": self.training_iteration,
+            "seed": self.seed,
+        }
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        for k, v in self.stateful_components().items():
+            v.load_state_dict(state["components"][k])
+        self.set_extra_state(state["extra"])
+        if state.get("env") is not None and hasattr(self.env, "set_state"):
+            self.env.set_state(state["env"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"].get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        self.metrics.set_state(state["metrics_logger"])
+        self._iteration = state["training_iteration"]
+        self.apply_live_hyperparameters()
+
+    def get_checkpointable_components(self) -> list:
+        return []
+
+    def restore_from_path(self, path, *args, **kwargs):
+        # Algorithm's version touches env_runner_group; the Checkpointable one is all we need.
+        Checkpointable.restore_from_path(self, path, *args, **kwargs)
+
+    def reset_config(self, new_config: Mapping[str, Any]) -> bool:
+        """Reuse this actor for another trial config (Tune PBT ``reuse_actors``).
+
+        Live keys (lr, gamma, ...) are applied in place; a structural change
+        (num_envs, network sizes, env, ...) rebuilds env and modules. Either way
+        the actor is reusable, so this returns True.
+        """
+        if isinstance(new_config, AlgorithmConfig):
+            new_config = new_config.to_dict()
+        cfg = self.get_default_config().update_from_dict(dict(new_config))
+        cfg.validate()
+        spec = cfg.hyperparameter_spec()
+        structural = [k for k, p in spec.items() if not p.live and getattr(cfg, k) != getattr(self.config, k)]
+        if cfg.env != self.config.env or cfg.env_config != self.config.env_config or cfg.seed != self.config.seed:
+            structural.append("env")
+        cfg.freeze()
+        self.config = cfg
+        self.evaluation_config = cfg.get_evaluation_config_object()
+        self.evaluation_config.validate()
+        self.evaluation_config.freeze()
+        if structural:
+            logger.info("reset_config: rebuilding for changed %s", structural)
+            self.env.close()
+            if self._eval_env is not None:
+                self._eval_env.close()
+            self._build_all()
+        else:
+            self.apply_live_hyperparameters()
+        self.metrics = MetricsLogger(root=True, stats_cls_lookup=cfg.stats_cls_lookup)
+        return True
+
+    @classmethod
+    def default_resource_request(cls, config):
+        """One bundle for the main process; it asks for a GPU when the env and
+        learner run on CUDA (``env_device='cuda...'`` or ``num_gpus_per_learner``)."""
+        cfg = cls.get_default_config()
+        cfg = cfg.update_from_dict(config if isinstance(config, dict) else config.to_dict())
+        gpus = cfg.num_gpus_per_learner or (1 if str(cfg.env_device).startswith("cuda") else 0)
+        bundle = {"CPU": max(1, cfg.num_cpus_for_main_process), "GPU": gpus}
+        return PlacementGroupFactory(bundles=[bundle], strategy=cfg.placement_strategy)
+
+    # -- evaluation -------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, parallel_train_future=None) -> Dict[str, Any]:
+        """Run one episode in each of ``evaluation_duration`` fresh envs.
+
+        Evaluation is greedy unless the evaluation config sets ``explore``.
+        It syncs with the host every 50 steps to check completion (this is not
+        the training hot path)."""
+        n = max(1, int(self.evaluation_config.evaluation_duration
+                       if self.evaluation_config.evaluation_duration != "auto" else 10))
+        if self._eval_env is None or self._eval_env.num_envs != n:
+            self._eval_env = self.make_env(n, self.seed + 1_000_003)
+        env = self._eval_env
+        obs = env.reset(seed=self.seed + 1_000_003 + self.training_iteration)
+        ret = torch.zeros(n, dtype=torch.float64, device=self.device)
+        length = torch.zeros(n, dtype=torch.int64, device=self.device)
+        final_ret = torch.zeros_like(ret)
+        final_len = torch.zeros_like(length)
+        finished = torch.zeros(n, dtype=torch.bool, device=self.device)
+        limit = env.max_episode_steps or 100_000
+        explore = bool(getattr(self.evaluation_config, "explore", False))
+        for t in range(limit + 1):
+            step = env.step(self.compute_actions(obs, explore=explore))
+            valid = step.valid if step.valid is not None else torch.ones_like(finished)
+            active = ~finished & valid
+            ret += torch.where(active, step.reward.double(), torch.zeros_like(ret))
+            length += active.long()
+            ended = step.done & active
+            final_ret = torch.where(ended, ret, final_ret)
+            final_len = torch.where(ended, length, final_len)
+            finished |= ended
+            obs = step.obs
+            if t % 50 == 49 and bool(finished.all()):
+                break
+        return {ENV_RUNNER_RESULTS: {
+            EPISODE_RETURN_MEAN: float(final_ret[finished].mean()) if finished.any() else math.nan,
+            EPISODE_LEN_MEAN: float(final_len[finished].double().mean()) if finished.any() else math.nan,
+            NUM_EPISODES: int(finished.sum()),
+        }}
+
+    def cleanup(self) -> None:
+        for env in (getattr(self, "env", None), getattr(self, "_eval_env", None)):
+            if env is not None:
+                env.close()

@@ -1,0 +1,114 @@
+"""Declarative hyperparameter specs: defaults, types, ranges, allowed values.
+
+Each algorithm config declares its own hyperparameters once as :class:`Param`
+entries. From that one table we get the defaults (top-level config attributes,
+so Tune, PBT and Optuna see and mutate them), ``.training(key=...)`` support,
+one-line validation errors that name the key and what is allowed, the list of
+params MLflow records, and which keys may change live under PBT.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hyperparameter.
+
+    ``types``: accepted Python types (ints are accepted where floats are).
+    ``low``/``high``: inclusive bounds unless ``low_open``/``high_open``.
+    ``choices``: the allowed values (for strings/enums).
+    ``optional``: None is allowed (means "off").
+    ``live``: may change between iterations without rebuilding the algorithm
+    (PBT's ``reset_config`` applies it in place).
+    ``check``: extra predicate with its description, e.g. (``is_pos_list``, "a list of positive ints").
+    """
+
+    default: Any
+    doc: str
+    types: Tuple[type, ...] = (float,)
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: Optional[Sequence[Any]] = None
+    optional: bool = False
+    live: bool = False
+    check: Optional[Tuple[Callable[[Any], bool], str]] = field(default=None)
+
+    def allowed(self) -> str:
+        """Human description of the allowed values, for error messages."""
+        if self.choices is not None:
+            text = "one of " + ", ".join(repr(c) for c in self.choices)
+        elif self.check is not None:
+            text = self.check[1]
+        else:
+            names = "/".join(t.__name__ for t in self.types)
+            lo = "" if self.low is None else ("(" if self.low_open else "[") + f"{self.low}"
+            hi = "" if self.high is None else f"{self.high}" + (")" if self.high_open else "]")
+            if lo or hi:
+                lo = lo or "(-inf"
+                hi = hi or "inf)"
+                text = f"{names} in {lo}, {hi}"
+            else:
+                text = names
+        return text + (" or None" if self.optional else "")
+
+    def error(self, key: str, value: Any) -> Optional[str]:
+        """Why ``value`` is not allowed for ``key``, or None if it is."""
+        if value is None:
+            return None if self.optional else f"`{key}` = None is not allowed; allowed: {self.allowed()}"
+        if self.choices is not None:
+            return None if value in self.choices else f"`{key}` = {value!r} is not allowed; allowed: {self.allowed()}"
+        if not _type_ok(value, self.types):
+            return (f"`{key}` = {value!r} has type {type(value).__name__}; allowed: {self.allowed()}")
+        if self.check is not None and not self.check[0](value):
+            return f"`{key}` = {value!r} is not allowed; allowed: {self.allowed()}"
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+                return f"`{key}` = {value!r} is out of range; allowed: {self.allowed()}"
+            if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+                return f"`{key}` = {value!r} is out of range; allowed: {self.allowed()}"
+        return None
+
+
+def _type_ok(value: Any, types: Tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    if float in types and isinstance(value, numbers.Real):
+        return True
+    if int in types and isinstance(value, numbers.Integral):
+        return True
+    return isinstance(value, tuple(t for t in types if t not in (int, float)))
+
+
+def positive_int_list(value: Any) -> bool:
+    return (isinstance(value, (list, tuple)) and len(value) > 0
+            and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in value))
+
+
+POSITIVE_INT_LIST = (positive_int_list, "a non-empty list of positive ints")
+
+
+def apply_defaults(obj: Any, spec: Dict[str, Param]) -> None:
+    """Set every declared default as a top-level attribute of ``obj``."""
+    for key, p in spec.items():
+        setattr(obj, key, copy.deepcopy(p.default))
+
+
+def validation_errors(obj: Any, spec: Dict[str, Param]) -> list:
+    return [msg for key, p in spec.items() if (msg := p.error(key, getattr(obj, key, _MISSING)
+                                                             if hasattr(obj, key) else p.default))]
+
+
+def unknown_key_message(owner: str, key: str, known: Iterable[str]) -> str:
+    known = sorted(known)
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return f"{owner}: unknown config key {key!r}.{hint} (see `{owner}.help()` for the allowed keys)"
