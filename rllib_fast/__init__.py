@@ -21,11 +21,13 @@ def register() -> None:
     from ray.tune import register_trainable
 
     from .algorithms import ALGORITHMS
+    from .envs.gymnasium import register_rllib_gym_envs
     from .envs.registry import register_with_tune
 
     for name, cls in ALGORITHMS.items():
         register_trainable(name, cls)
     register_with_tune()
+    register_rllib_gym_envs()  # "rllib-fast-gym:<name>": our tasks for RLlib's built-in algorithms
     _registered = True
 
 

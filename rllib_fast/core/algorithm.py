@@ -247,6 +247,17 @@ class FastAlgorithm(Algorithm):
                             "(see rllib_fast.envs.base) nor a gymnasium VectorEnv")
         return out
 
+    @staticmethod
+    def _get_env_id_and_creator(env_specifier, config):
+        """Accept our env forms before RLlib's resolver (which rejects plain
+        functions and tries gymnasium for unknown strings). Resolution itself
+        happens in :meth:`make_env`."""
+        if isinstance(env_specifier, str) or env_specifier is None:
+            name = env_specifier
+        else:
+            name = getattr(env_specifier, "__name__", type(env_specifier).__name__)
+        return name, env_specifier
+
     # -- subclass hooks -------------------------------------------------------
     def build(self) -> None:
         """Create modules, optimizers and storage (env and tracker exist)."""

@@ -27,6 +27,15 @@ class EpisodeTracker:
         self.ptr = torch.zeros((), dtype=torch.int64, device=device)
         self.filled = torch.zeros((), dtype=torch.int64, device=device)
         self.finished_since_log = torch.zeros((), dtype=torch.int64, device=device)
+        # envs whose current episode started before tracking began (partial): not recorded
+        self.skip_current = torch.zeros(num_envs, dtype=torch.bool, device=device)
+
+    def skip_current_episodes(self) -> None:
+        """Do not record the episode each env is in now (e.g. after start-state
+        decorrelation, whose first episodes are partial and would bias the mean)."""
+        self.skip_current.fill_(True)
+        self.ret.zero_()
+        self.len.zero_()
 
     def update(self, reward: torch.Tensor, done: torch.Tensor, valid: Optional[torch.Tensor] = None) -> None:
         """Account one step (``[N]`` tensors)."""
@@ -57,7 +66,10 @@ class EpisodeTracker:
         base_r = torch.where(prev_done >= 0, torch.gather(cr, 0, safe), zero)
         base_l = torch.where(prev_done >= 0, torch.gather(cl, 0, safe), zero)
         ep_ret, ep_len = (cr - base_r).reshape(-1), (cl - base_l).reshape(-1)
-        d = done.reshape(-1)
+        first_end = done & (torch.cumsum(done.long(), 0) == 1)
+        record = done & ~(first_end & self.skip_current)
+        self.skip_current &= ~done.any(0)
+        d = record.reshape(-1)
         dl = d.long()
         slot = torch.remainder(self.ptr + torch.cumsum(dl, 0) - 1, self.window)
         slot = torch.where(d, slot, torch.full_like(slot, self.window))
@@ -97,7 +109,8 @@ class EpisodeTracker:
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
         return {k: getattr(self, k).detach().cpu().clone() for k in
-                ("ret", "len", "ring_ret", "ring_len", "ptr", "filled", "finished_since_log")}
+                ("ret", "len", "ring_ret", "ring_len", "ptr", "filled", "finished_since_log",
+                 "skip_current")}
 
     def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
         for k, v in state.items():

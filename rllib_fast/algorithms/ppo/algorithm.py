@@ -87,6 +87,7 @@ class FastPPO(FastAlgorithm):
             use_random = (t < k).view(-1, *([1] * (random_a.dim() - 1)))
             self.obs = self.env.step(torch.where(use_random, random_a, self.module.to_env_action(policy_a))).obs
         self.log_env_steps(k_max * n)
+        self.tracker.skip_current_episodes()
 
     def optimizers(self) -> list:
         return [self.optimizer]

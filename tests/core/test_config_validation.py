@@ -1,0 +1,91 @@
+"""Bad input fails at validation time with one line naming key and allowed values."""
+import pytest
+import torch
+
+from rllib_fast.algorithms.ppo import FastPPOConfig
+from rllib_fast.envs.base import EnvContractError, Step, TensorVecEnv, validate_env
+
+
+def _msg(excinfo):
+    return str(excinfo.value).splitlines()[0]
+
+
+def test_unknown_key_via_training_names_key_and_suggests():
+    with pytest.raises(ValueError) as e:
+        FastPPOConfig().training(clip_parm=0.1)
+    assert "clip_parm" in _msg(e) and "clip_param" in _msg(e)
+
+
+def test_unknown_key_via_dict_caught_by_validate():
+    cfg = FastPPOConfig().update_from_dict({"num_epochz": 3})
+    with pytest.raises(ValueError) as e:
+        cfg.validate()
+    assert "num_epochz" in _msg(e) and "num_epochs" in _msg(e)
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("clip_param", 2.0, "(0.0, 1.0]"),
+    ("num_envs", 0, ">= 1" if False else "[1"),
+    ("lr", -1.0, "lr"),
+    ("activation", "sigmoid", "'tanh'"),
+    ("hidden_sizes", [64, -1], "positive ints"),
+    ("num_epochs", 2.5, "int"),
+    ("normalize_obs", "yes", "bool"),
+    ("env_device", "gpu:7", "torch device"),
+])
+def test_bad_values_name_key_and_allowed(key, value, needle):
+    cfg = FastPPOConfig().environment("CartPole").update_from_dict({key: value})
+    with pytest.raises(ValueError) as e:
+        cfg.validate()
+    line = _msg(e)
+    assert f"`{key}`" in line and needle in line, line
+
+
+def test_unknown_env_names_allowed_and_suggests_gym_prefix():
+    with pytest.raises(ValueError) as e:
+        FastPPOConfig().environment("CartPol").validate()
+    assert "CartPol" in _msg(e) and "CartPole" in _msg(e)
+    with pytest.raises(ValueError) as e:
+        FastPPOConfig().environment("HalfCheetah-v5").validate()
+    assert "gym:HalfCheetah-v5" in _msg(e)
+
+
+def test_cross_key_check_minibatches():
+    with pytest.raises(ValueError) as e:
+        FastPPOConfig().environment("CartPole", num_envs=2).training(rollout_length=2, num_minibatches=8).validate()
+    assert "num_minibatches" in _msg(e)
+
+
+class _BadEnv(TensorVecEnv):
+    """Returns rewards of the wrong shape."""
+
+    def __init__(self, wrong="reward"):
+        import gymnasium as gym
+        self.num_envs, self.device, self.wrong = 4, torch.device("cpu"), wrong
+        self.single_observation_space = gym.spaces.Box(-1, 1, (3,))
+        self.single_action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None):
+        return torch.zeros(4, 3)
+
+    def step(self, actions):
+        obs = torch.zeros(4, 3)
+        rew = torch.zeros(4, 1) if self.wrong == "reward" else torch.zeros(4)
+        term = torch.zeros(4, dtype=torch.bool)
+        if self.wrong == "dtype":
+            term = torch.zeros(4)
+        return Step(obs, rew, term, term.bool(), obs)
+
+
+@pytest.mark.parametrize("wrong,needle", [("reward", "`step().reward` has shape (4, 1), expected (4,)"),
+                                          ("dtype", "`step().terminated` has dtype torch.float32")])
+def test_env_contract_errors_are_one_line(wrong, needle):
+    with pytest.raises(EnvContractError) as e:
+        validate_env(_BadEnv(wrong))
+    assert needle in _msg(e)
+
+
+def test_bad_env_fails_at_algorithm_build():
+    cfg = FastPPOConfig().environment(lambda ctx: _BadEnv("reward"), num_envs=4).training(rollout_length=4)
+    with pytest.raises(EnvContractError, match="reward"):
+        cfg.build_algo()
