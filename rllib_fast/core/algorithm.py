@@ -141,7 +141,8 @@ class FastConfig(AlgorithmConfig):
         name = type(self).__name__
         known = set(vars(type(self)()))
         for key in vars(self):
-            if key not in known and key not in self._TOLERATED_EXTRA_KEYS:
+            if key not in known and key not in self._TOLERATED_EXTRA_KEYS and not (
+                    key.startswith("__") and key.endswith("__")):  # Tune's own (__stdout_file__, ...)
                 self._value_error(unknown_key_message(name, key, set(self.hyperparameter_spec()) | known))
         for key, p in self.hyperparameter_spec().items():
             msg = p.error(key, getattr(self, key))
@@ -213,6 +214,9 @@ class FastAlgorithm(Algorithm):
 
     def _build_all(self) -> None:
         cfg = self.config
+        # Trainable.reset() overwrites self.config with a plain dict before
+        # calling reset_config(); keep the frozen config object we built from.
+        self._built_config = cfg
         self.seed = cfg.seed if cfg.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
         update_global_seed_if_necessary("torch", self.seed)
         torch.manual_seed(self.seed)
@@ -348,11 +352,12 @@ class FastAlgorithm(Algorithm):
         cfg = self.get_default_config().update_from_dict(dict(new_config))
         cfg.validate()
         spec = cfg.hyperparameter_spec()
-        structural = [k for k, p in spec.items() if not p.live and getattr(cfg, k) != getattr(self.config, k)]
-        if cfg.env != self.config.env or cfg.env_config != self.config.env_config or cfg.seed != self.config.seed:
+        old = self._built_config
+        structural = [k for k, p in spec.items() if not p.live and getattr(cfg, k) != getattr(old, k)]
+        if cfg.env != old.env or cfg.env_config != old.env_config or cfg.seed != old.seed:
             structural.append("env")
         cfg.freeze()
-        self.config = cfg
+        self.config = self._built_config = cfg
         self.evaluation_config = cfg.get_evaluation_config_object()
         self.evaluation_config.validate()
         self.evaluation_config.freeze()

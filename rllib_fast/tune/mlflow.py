@@ -117,6 +117,31 @@ def _same(a: Any, b: Any) -> bool:
         return repr(a) == repr(b)
 
 
+def _public_flat(cfg: Any) -> Dict[str, Any]:
+    """``cfg.to_dict()`` with nested dicts flattened ('/'), private keys renamed
+    to their public property (``_train_batch_size_per_learner``) or dropped, and
+    deprecated placeholders (``DEPRECATED_VALUE``) dropped."""
+    try:
+        from ray._common.deprecation import DEPRECATED_VALUE
+    except ImportError:  # pragma: no cover - older Ray
+        DEPRECATED_VALUE = -1
+
+    out: Dict[str, Any] = {}
+    for key, value in cfg.to_dict().items():
+        if key.startswith("_"):
+            if not isinstance(getattr(type(cfg), key[1:], None), property):
+                continue
+            key = key[1:]
+        if isinstance(value, bool) is False and isinstance(value, int) and value == DEPRECATED_VALUE:
+            continue
+        if isinstance(value, Mapping) and value:
+            for sub, v in flatten_dict(dict(value), delimiter="/").items():
+                out[f"{key}/{sub}"] = v
+        else:
+            out[key] = value
+    return out
+
+
 def algorithm_hyperparameters(trainable_cls: Any, config: Mapping[str, Any]) -> Dict[str, Any]:
     """The hyperparameters worth recording for a trial of ``trainable_cls``.
 
@@ -138,10 +163,10 @@ def algorithm_hyperparameters(trainable_cls: Any, config: Mapping[str, Any]) -> 
         cfg = trainable_cls.get_default_config().update_from_dict(config)
         return dict(cfg.hyperparameters())
     if isinstance(trainable_cls, type) and Algorithm and issubclass(trainable_cls, Algorithm):
-        full = trainable_cls.get_default_config().update_from_dict(config).to_dict()
-        base = AlgorithmConfig().to_dict()
-        out = {k: v for k, v in full.items()
-               if k != "__trial_info__" and (k not in base or not _same(v, base[k]))}
+        cfg = trainable_cls.get_default_config().update_from_dict(config)
+        full = _public_flat(cfg)
+        base = _public_flat(AlgorithmConfig())
+        out = {k: v for k, v in full.items() if k not in base or not _same(v, base[k])}
         for k in ("lr", "gamma", "env"):
             if k in full:
                 out[k] = full[k]
