@@ -299,7 +299,7 @@ def plan_from_flags(args) -> Plan:
     if "env" not in config:
         default_env = getattr(cls.get_default_config(), "env", None) if _is_rllib(cls) else None
         if default_env is None:
-            raise UsageError(f"no env given; use --env NAME (see `rllib-fast list envs`)")
+            raise UsageError("no env given; use --env NAME (see `rllib-fast list envs`)")
     name = args.experiment_name or _safe_name(f"{args.algo}_{config.get('env', '')}")
     plan = Plan()
     spec = {"run": args.algo, "config": config}
@@ -327,7 +327,7 @@ def plan_from_file(path: str, args) -> Plan:
             raise UsageError(f"cannot parse {path}: {_one_line(err)}") from None
     if not isinstance(data, dict) or not data or not all(isinstance(v, dict) for v in data.values()):
         raise UsageError(f"{path}: expected a mapping of experiment name -> {{run, env, stop, config, ...}}")
-    for i, (name, spec) in enumerate(data.items()):
+    for name, spec in data.items():
         if "run" not in spec and "algo" not in spec:
             raise UsageError(f"{path}: experiment {name!r} has no `run` (the algorithm name)")
         exp_name = args.experiment_name if (args.experiment_name and len(data) == 1) else str(name)
@@ -407,28 +407,18 @@ def _init_ray(args) -> bool:
                 kwargs["num_gpus"] = args.ray_num_gpus
         ray.init(**kwargs)
         started = True
-    _register_after_init()
+    ensure_registered()
     return started
 
 
-def _register_after_init() -> None:
-    """``rllib_fast.register()`` plus a re-registration when a previous Ray
-    session in this process already consumed the registrations (Tune's registry
-    is per Ray job; ``register()`` only runs once per process)."""
+def ensure_registered() -> None:
+    """``rllib_fast.register()``, redone when an earlier Ray session in this
+    process already consumed the registrations: Tune's registry lives in the
+    Ray cluster (per job), while ``register()`` runs once per process."""
     import rllib_fast
-    from ray.tune import register_trainable
-    from ray.tune.registry import ENV_CREATOR, TRAINABLE_CLASS, _global_registry
+    from ray.tune.registry import TRAINABLE_CLASS, _global_registry
 
-    rllib_fast.register()
-    for name, cls in fast_algorithms().items():
-        if not _global_registry.contains(TRAINABLE_CLASS, name):
-            register_trainable(name, cls)
-    from .envs import registry as env_registry
-
-    env_registry._ensure_builtin_sources()
-    missing = [n for n in env_registry.list_envs() if ":" not in n and not _global_registry.contains(ENV_CREATOR, n)]
-    if missing:
-        env_registry.register_with_tune()
+    rllib_fast.register()  # checks Tune's (per-session) registry itself
 
 
 def run_plan(plan: Plan, args) -> int:
@@ -437,7 +427,7 @@ def run_plan(plan: Plan, args) -> int:
     from ray.tune import CLIReporter
     from ray.tune.experiment import Experiment
 
-    from .tune.mlflow import MLflowRecorder, default_tracking_uri, ui_command
+    from .tune.mlflow import MLflowRecorder, default_tracking_uri
     from .tune.plots import CurveCollector
 
     started = _init_ray(args)
@@ -452,16 +442,15 @@ def run_plan(plan: Plan, args) -> int:
         collector = CurveCollector(RETURN_KEY)
         callbacks: list = [collector]
         recorder = None
-        if args.mlflow:
-            first = next(iter(plan.experiments))
-            recorder = MLflowRecorder(default_tracking_uri(), experiment_name=first)
+        if args.mlflow:  # MLflow experiment = Tune experiment name
+            recorder = MLflowRecorder(default_tracking_uri())
             callbacks.append(recorder)
         reporter = CLIReporter(metric_columns=dict(METRIC_COLUMNS), max_report_frequency=10)
         kwargs = dict(plan.tune_kwargs)
         if kwargs.get("search_alg") is not None and len(experiments) > 1:
             raise UsageError("a search_alg works with one experiment per file")
         verbose = min(3, args.verbose)
-        if len(experiments) == 1:
+        if kwargs.get("search_alg") is not None:
             # Keyword form: a search_alg only sees the search space through `config=`.
             (name, spec), = plan.experiments.items()
             spec = copy.deepcopy(spec)
@@ -471,11 +460,10 @@ def run_plan(plan: Plan, args) -> int:
             if isinstance(spec.get("sync_config"), dict):
                 spec["sync_config"] = tune.SyncConfig(**spec["sync_config"])
             kwargs.update(name=name, checkpoint_config=tune.CheckpointConfig(**ckpt), **spec)
-        else:
-            target = experiments
-        if kwargs.get("search_alg") is not None:
             # searched trials would otherwise be named after every config key
             kwargs.setdefault("trial_dirname_creator", _short_trial_dirname)
+        else:
+            target = experiments  # the classic run_experiments route
         with _env_var("RAY_AIR_NEW_OUTPUT", "0"):  # the classic CLIReporter tables
             analysis = tune.run(target, callbacks=callbacks, progress_reporter=reporter,
                                 verbose=verbose, raise_on_failed_trial=False, **kwargs)
@@ -546,8 +534,8 @@ def _summarize(trials, plan: Plan, collector, recorder, tune_kwargs) -> int:
         except Exception as err:  # plotting must not fail a finished run
             print(f"learning curve: not written ({err})", file=out)
     if recorder is not None:
-        print(f"mlflow: experiment {recorder.experiment_name!r}; view with: {ui_command(recorder.tracking_uri)}",
-              file=out)
+        names = ", ".join(repr(n) for n in recorder.experiment_ids) or "(none)"
+        print(f"mlflow: experiment {names}; view with: {ui_command(recorder.tracking_uri)}", file=out)
     out.flush()
     if best is None and not errored:
         return 0 if trials else 1
@@ -594,15 +582,13 @@ def _find_checkpoint(path: str) -> str:
                      "with checkpoint_* subdirectories")
 
 
-def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: Optional[int] = None) -> Dict[str, Any]:
-    """Restore ``path`` and run ``episodes`` evaluation episodes; returns the
-    ``env_runners`` dict of the evaluation result."""
+def _checkpoint_ctor(ckpt: str) -> Tuple[type, Any]:
+    """(algorithm class, saved config) of an RLlib checkpoint directory."""
     import pickle
 
-    from ray.rllib.algorithms.algorithm import Algorithm
-
-    ckpt = _find_checkpoint(path)
     ctor_file = os.path.join(ckpt, "class_and_ctor_args.pkl")
+    if not os.path.isfile(ctor_file):
+        raise UsageError(f"{ckpt} has no class_and_ctor_args.pkl (not a new-API-stack RLlib checkpoint)")
     with open(ctor_file, "rb") as f:
         ctor = pickle.load(f)
     cls = ctor["class"]
@@ -610,7 +596,25 @@ def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: O
     config = kwargs.get("config", args[0] if args else None)
     if isinstance(config, dict):
         config = cls.get_default_config().update_from_dict(config)
+    return cls, config
+
+
+def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: Optional[int] = None) -> Dict[str, Any]:
+    """Restore ``path`` and run ``episodes`` evaluation episodes; returns the
+    ``env_runners`` dict of the evaluation result (``episode_return_mean``,
+    ``num_episodes``, ...).
+
+    The saved config is copied with the evaluation settings changed
+    (``evaluation_duration=episodes``; for RLlib built-ins also a local
+    evaluation runner and no remote env runners), built, and the checkpoint
+    state restored into it. rllib_fast algorithms run one episode in each of
+    ``episodes`` envs; they need no Ray cluster.
+    """
+    ckpt = _find_checkpoint(path)
+    cls, config = _checkpoint_ctor(ckpt)
     if config is None:  # unknown layout: restore as saved and use its own evaluation settings
+        from ray.rllib.algorithms.algorithm import Algorithm
+
         algo = Algorithm.from_checkpoint(ckpt)
         return algo.evaluate().get("env_runners", {})
     config = config.copy(copy_frozen=False)
@@ -625,7 +629,8 @@ def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: O
                           evaluation_num_env_runners=0, evaluation_parallel_to_training=False,
                           evaluation_config=type(config).overrides(explore=explore))
     try:
-        algo = config.build_algo()
+        with _quiet_rllib():
+            algo = config.build_algo()
     except ValueError as err:
         raise UsageError(_one_line(err)) from None
     try:
@@ -722,6 +727,9 @@ def build_parser(prog: str = "rllib") -> argparse.ArgumentParser:
     ev.add_argument("--ray-num-gpus", type=int, default=None)
     ev.add_argument("-v", "--verbose", action="count", default=0)
 
+    sub.add_parser("demo", help="the main job: PBT over FastPPO on CartPole and Pendulum, recorded in MLflow "
+                                "(options: rllib-fast demo --help)", add_help=False)
+
     ls = sub.add_parser("list", help="list algorithms and envs")
     ls.add_argument("what", nargs="?", default="all", choices=("all", "algorithms", "algos", "envs"))
     return parser
@@ -747,33 +755,44 @@ def _train(args) -> int:
 def _evaluate(args) -> int:
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
-    import ray
-
+    ckpt = _find_checkpoint(args.checkpoint)
+    cls, _ = _checkpoint_ctor(ckpt)
     started = False
-    if not ray.is_initialized():
-        kwargs: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": args.verbose >= 1}
-        if args.ray_address:
-            kwargs["address"] = args.ray_address
-        if args.ray_num_cpus is not None:
-            kwargs["num_cpus"] = args.ray_num_cpus
-        if args.ray_num_gpus is not None:
-            kwargs["num_gpus"] = args.ray_num_gpus
-        ray.init(**kwargs)
-        started = True
+    if not _is_fast(cls):  # RLlib built-ins need Ray (env runner actors, registries)
+        import ray
+
+        if not ray.is_initialized():
+            kwargs: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": args.verbose >= 1}
+            if args.ray_address:
+                kwargs["address"] = args.ray_address
+            if args.ray_num_cpus is not None:
+                kwargs["num_cpus"] = args.ray_num_cpus
+            if args.ray_num_gpus is not None:
+                kwargs["num_gpus"] = args.ray_num_gpus
+            ray.init(**kwargs)
+            started = True
+        ensure_registered()
     try:
-        _register_after_init()
-        res = evaluate_checkpoint(args.checkpoint, args.episodes, explore=args.explore, seed=args.seed)
+        res = evaluate_checkpoint(ckpt, args.episodes, explore=args.explore, seed=args.seed)
     finally:
         if started:
+            import ray
+
             ray.shutdown()
     mean = res.get("episode_return_mean", float("nan"))
     n = res.get("num_episodes", res.get("num_episodes_lifetime", 0))
-    extra = f" (episode_len_mean: {res['episode_len_mean']:.4g})" if res.get("episode_len_mean") is not None else ""
+    length = res.get("episode_len_mean")
+    extra = f" (episode_len_mean: {float(length):.4g})" if length is not None else ""
     print(f"mean_return: {float(mean):.4f} over {int(n)} episodes{extra}")
     return 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo"]:  # the demo owns its own argument parser
+        from .demo import main as demo_main
+
+        return demo_main(argv[1:])
     """Entry point of ``rllib`` and ``rllib-fast``; returns the exit status."""
     prog = os.path.basename(sys.argv[0]) if argv is None and sys.argv and sys.argv[0] else "rllib"
     if prog not in ("rllib", "rllib-fast"):

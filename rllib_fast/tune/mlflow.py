@@ -214,8 +214,8 @@ class MLflowRecorder(LoggerCallback):
     Args:
         tracking_uri: MLflow tracking URI; default ``MLFLOW_TRACKING_URI`` or
             ``sqlite:///<abs directory>/mlflow.db``.
-        experiment_name: MLflow experiment (created if missing); default the
-            Tune experiment's name, else ``"rllib_fast"``.
+        experiment_name: MLflow experiment (created if missing); default: each
+            trial goes to the experiment named after its Tune experiment.
         directory: where the default sqlite store lives (default: cwd).
         artifact_location: artifact root for a newly created experiment
             (default for sqlite stores: ``<db dir>/mlartifacts``).
@@ -240,7 +240,7 @@ class MLflowRecorder(LoggerCallback):
         self.metric_keys = tuple(metric_keys)
         self.metric_prefixes = tuple(metric_prefixes)
         self.exclude = tuple(exclude)
-        self.experiment_id: Optional[str] = None
+        self.experiment_ids: Dict[str, str] = {}     # MLflow experiment name -> id
         self.run_ids: Dict[str, str] = {}            # trial_id -> run_id
         self.curves: Dict[str, List[Tuple[int, float]]] = {}
         self._checkpoints: Dict[str, str] = {}
@@ -256,26 +256,34 @@ class MLflowRecorder(LoggerCallback):
         return self._client
 
     def _ensure_experiment(self, default_name: Optional[str] = None) -> str:
-        if self.experiment_id is not None:
-            return self.experiment_id
+        """Id of the MLflow experiment (``experiment_name``, else
+        ``default_name`` -- the trial's Tune experiment -- else "rllib_fast"),
+        created on first use."""
         name = self.experiment_name or default_name or "rllib_fast"
-        self.experiment_name = name
+        if name in self.experiment_ids:
+            return self.experiment_ids[name]
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
-            self.experiment_id = exp.experiment_id
+            exp_id = exp.experiment_id
         else:
             location = self.artifact_location
             db_dir = _sqlite_dir(self.tracking_uri)
             if location is None and db_dir is not None:
                 location = "file://" + os.path.join(db_dir, "mlartifacts")
             try:
-                self.experiment_id = self.client.create_experiment(name, artifact_location=location)
+                exp_id = self.client.create_experiment(name, artifact_location=location)
             except Exception:  # created concurrently by someone else
                 exp = self.client.get_experiment_by_name(name)
                 if exp is None:
                     raise
-                self.experiment_id = exp.experiment_id
-        return self.experiment_id
+                exp_id = exp.experiment_id
+        self.experiment_ids[name] = exp_id
+        return exp_id
+
+    @property
+    def experiment_id(self) -> Optional[str]:
+        """The (first) MLflow experiment id used so far."""
+        return next(iter(self.experiment_ids.values()), None)
 
     def setup(self, *args, **info):
         # Fail early (in the driver, before any trial starts) on a bad tracking URI.

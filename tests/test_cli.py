@@ -1,0 +1,293 @@
+"""The restored `rllib` / `rllib-fast` command line (rllib_fast.cli).
+
+Each test runs in its own tmp dir; the CLI starts (and stops) Ray itself with
+the default local cluster; trials are tiny (8 envs x 16 steps, 1-2 iterations).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rllib_fast.cli import main, plan_from_file, build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+TUNE_CONFIGS = REPO / "tune_configs"
+SMALL = {"num_envs": 8, "rollout_length": 16, "decorrelate_steps": 0, "num_minibatches": 2}
+PPO_SMALL = {"num_env_runners": 0, "train_batch_size_per_learner": 128, "minibatch_size": 64, "num_epochs": 1}
+RAY_ARGS = ["--ray-num-cpus", "2"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _lines(text, prefix):
+    return [ln for ln in text.splitlines() if ln.startswith(prefix)]
+
+
+def _summary(out):
+    """Parse the end-of-run summary lines printed by `train`."""
+    best = _lines(out, "best trial: ")
+    ret = _lines(out, "final return: ")
+    ckpt = _lines(out, "checkpoint: ")
+    png = _lines(out, "learning curve: ")
+    assert best and ret and ckpt and png, out[-3000:]
+    return {"final_return": float(ret[-1].split()[2]), "checkpoint": ckpt[-1].split(": ", 1)[1],
+            "png": png[-1].split(": ", 1)[1]}
+
+
+def _write_yaml(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+# -- user errors: one line on stderr, exit 2, no Ray started -----------------------------------
+def test_unknown_algorithm_one_line_exit_2(capsys):
+    assert main(["train", "--algo", "FastPP0", "--env", "CartPole"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "unknown algorithm 'FastPP0'. Did you mean 'FastPPO'? Allowed: FastPPO" in err
+    assert "PPO" in err.split("Allowed:")[1] and "SAC" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_json_exit_2(capsys):
+    assert main(["train", "--algo", "FastPPO", "--env", "CartPole", "--config", '{"lr": 0.1']) == 2
+    err = capsys.readouterr().err.strip()
+    assert "invalid JSON for --config" in err and len(err.splitlines()) == 1
+    assert main(["train", "--algo", "FastPPO", "--env", "CartPole", "--stop", "[1, 2]"]) == 2
+    assert "--stop must be a JSON object" in capsys.readouterr().err
+
+
+def test_config_validation_error_exit_2(capsys):
+    rc = main(["train", "--algo", "FastPPO", "--env", "CartPole", "--config", '{"clip_param": 2.0}'])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert "clip_param" in err and "(0.0, 1.0]" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+    # also for values inside a grid_search of an experiment file, and for RLlib built-ins
+    path = _write_yaml(Path("bad.yaml"), "bad:\n  run: FastPPO\n  env: CartPole\n"
+                                         "  config:\n    num_envs: {grid_search: [4, 0]}\n")
+    assert main(["train", "file", path]) == 2
+    assert "num_envs" in capsys.readouterr().err
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--config", '{"lr": "fast"}']) == 2
+    assert "lr" in capsys.readouterr().err
+
+
+def test_list(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "FastPPO" in out
+    for name in ("PPO", "SAC", "DQN", "APPO"):
+        assert name in out
+    for env in ("CartPole", "Pendulum", "gym:<id>"):
+        assert env in out
+    assert main(["list", "envs"]) == 0
+    out = capsys.readouterr().out
+    assert "CartPole" in out and "FastPPO" not in out
+
+
+def test_parser_aliases():
+    p = build_parser()
+    for flag in ("--algo", "--run", "-a", "-r"):
+        args = p.parse_args(["train", flag, "FastPPO", "-e", "CartPole", "-c", "{}"])
+        assert args.algo == "FastPPO" and args.env == "CartPole" and args.config == "{}"
+    args = p.parse_args(["train", "--algo", "X"])
+    assert args.mlflow is True and args.checkpoint_at_end is None and args.storage_path == "./runs"
+    args = p.parse_args(["train", "-f", "x.yaml", "--no-mlflow", "--no-checkpoint-at-end", "-v"])
+    assert args.file == "x.yaml" and args.mlflow is False and args.checkpoint_at_end is False
+    assert args.verbose == 2
+
+
+def test_shipped_experiment_files_parse():
+    """Every file in tune_configs/ loads and validates (no training)."""
+    p = build_parser()
+    files = sorted(TUNE_CONFIGS.glob("*.yaml")) + sorted(TUNE_CONFIGS.glob("*.py"))
+    names = {f.name for f in files}
+    assert {"cartpole-fastppo.yaml", "pendulum-fastppo.yaml", "cartpole-fastppo-grid.yaml",
+            "cartpole-ppo-rllib.yaml", "cartpole-fastppo-optuna.py"} <= names
+    for f in files:
+        plan = plan_from_file(str(f), p.parse_args(["train", "file", str(f)]))
+        assert plan.experiments, f
+        for spec in plan.experiments.values():
+            assert spec["stop"].get("training_iteration", 99) <= 10, f  # keep them fast
+            assert spec["checkpoint_config"]["checkpoint_at_end"] is True
+    grid = plan_from_file(str(TUNE_CONFIGS / "cartpole-fastppo-grid.yaml"), p.parse_args(["train"]))
+    (spec,) = grid.experiments.values()
+    assert len(spec["config"]["lr"]["grid_search"]) == 2
+    optuna = plan_from_file(str(TUNE_CONFIGS / "cartpole-fastppo-optuna.py"), p.parse_args(["train"]))
+    assert type(optuna.tune_kwargs["search_alg"]).__name__ == "ConcurrencyLimiter"
+    assert optuna.tune_kwargs["metric"] == "env_runners/episode_return_mean"
+
+
+def test_plan_options_and_multi_experiment_yaml(tmp_path):
+    """Flag/file merging without training: checkpoint flags, legacy keys, overrides."""
+    from rllib_fast.cli import plan_from_flags
+
+    p = build_parser()
+    args = p.parse_args(["train", "--algo", "FastPPO", "--env", "Pendulum", "--config", '{"num_envs": 4}',
+                         "--checkpoint-freq", "3", "--no-checkpoint-at-end", "--num-samples", "2",
+                         "--seed", "7", "--experiment-name", "my exp"])
+    (name, spec), = plan_from_flags(args).experiments.items()
+    assert name == "my exp" and spec["run"] == "FastPPO" and spec["num_samples"] == 2
+    assert spec["config"] == {"num_envs": 4, "env": "Pendulum", "seed": 7}
+    assert spec["checkpoint_config"] == {"checkpoint_frequency": 3, "checkpoint_at_end": False}
+    assert spec["storage_path"] == str(tmp_path / "runs")
+    path = _write_yaml(tmp_path / "two.yaml", """
+a:
+    run: FastPPO
+    env: CartPole
+    checkpoint_freq: 2          # legacy keys
+    local_dir: elsewhere
+    stop: {training_iteration: 3}
+b:
+    run: PPO
+    env: CartPole-v1
+    num_samples: 3
+    config: {num_env_runners: 0}
+""")
+    plan = plan_from_file(path, p.parse_args(["train", "file", path, "--config", '{"gamma": 0.9}']))
+    assert list(plan.experiments) == ["a", "b"]
+    a, b = plan.experiments["a"], plan.experiments["b"]
+    assert a["checkpoint_config"] == {"checkpoint_frequency": 2, "checkpoint_at_end": True}
+    assert a["storage_path"] == str(tmp_path / "elsewhere") and a["stop"] == {"training_iteration": 3}
+    assert a["config"] == {"env": "CartPole", "gamma": 0.9}
+    assert b["num_samples"] == 3 and b["config"]["gamma"] == 0.9 and b["config"]["env"] == "CartPole-v1"
+
+
+# -- training ------------------------------------------------------------------------------------
+def test_train_flags_fastppo(capsys, tmp_path):
+    rc = main(["train", "--algo", "FastPPO", "--env", "CartPole", "--config", json.dumps(SMALL),
+               "--stop", '{"training_iteration": 2}', "--seed", "1", *RAY_ARGS])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-3000:]
+    # CLIReporter table with the metric columns
+    assert "TERMINATED" in out and "return" in out and "env_steps" in out and "time (s)" in out
+    s = _summary(out)
+    assert s["final_return"] > 0
+    assert os.path.isfile(os.path.join(s["checkpoint"], "rllib_checkpoint.json"))
+    assert s["checkpoint"].startswith(str(tmp_path / "runs" / "FastPPO_CartPole"))
+    assert os.path.isfile(s["png"]) and s["png"].endswith(".png")
+    db = tmp_path / "mlflow.db"
+    assert f"mlflow ui --backend-store-uri sqlite:///{db}" in out and db.is_file()
+
+    # evaluate the checkpoint (rllib_fast algorithms need no Ray for this)
+    assert main(["evaluate", s["checkpoint"], "--episodes", "3"]) == 0
+    line = _lines(capsys.readouterr().out, "mean_return: ")
+    assert line and line[0].split()[2:5] == ["over", "3", "episodes"], line
+    assert float(line[0].split()[1]) > 0
+    # a trial directory resolves to its latest checkpoint
+    assert main(["evaluate", os.path.dirname(s["checkpoint"]), "--episodes", "2"]) == 0
+    assert "over 2 episodes" in capsys.readouterr().out
+
+
+def test_train_flags_rllib_ppo_and_evaluate(capsys, tmp_path):
+    rc = main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--config", json.dumps(PPO_SMALL),
+               "--stop", '{"training_iteration": 1}', "--no-mlflow", *RAY_ARGS])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-3000:]
+    s = _summary(out)
+    assert "(PPO, TERMINATED)" in out and s["final_return"] > 0
+    assert not (tmp_path / "mlflow.db").exists() and "mlflow ui" not in out
+    assert main(["evaluate", s["checkpoint"], "--episodes", "2", *RAY_ARGS]) == 0
+    line = _lines(capsys.readouterr().out, "mean_return: ")
+    assert line and float(line[0].split()[1]) > 0 and "episodes" in line[0]
+
+
+def test_train_file_yaml_grid_search(capsys, tmp_path):
+    cfg = "\n".join(f"        {k}: {v}" for k, v in SMALL.items())
+    path = _write_yaml(tmp_path / "grid.yaml", f"""
+grid-exp:
+    run: FastPPO
+    env: CartPole
+    stop:
+        training_iteration: 1
+    checkpoint_config:
+        checkpoint_at_end: true
+    config:
+{cfg}
+        lr:
+            grid_search: [0.001, 0.0003]
+""")
+    rc = main(["train", "file", path, *RAY_ARGS])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-3000:]
+    assert "trials: 2 (2 ok, 0 errored)" in out
+    exp_dir = tmp_path / "runs" / "grid-exp"
+    trial_dirs = [d for d in exp_dir.iterdir() if d.is_dir() and d.name.startswith("FastPPO")]
+    assert len(trial_dirs) == 2
+    assert all(list(d.glob("checkpoint_*/rllib_checkpoint.json")) for d in trial_dirs)
+    assert (exp_dir / "learning_curves.png").is_file()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("grid-exp")
+    runs = client.search_runs([exp.experiment_id])
+    assert sorted(float(r.data.params["lr"]) for r in runs) == [0.0003, 0.001]
+
+
+def test_train_dash_f_shipped_yaml_with_overrides(capsys, tmp_path):
+    """`train -f` on the shipped config, with --stop/--config overrides and --no-mlflow."""
+    rc = main(["train", "-f", str(TUNE_CONFIGS / "cartpole-fastppo.yaml"), "--stop", '{"training_iteration": 1}',
+               "--config", json.dumps(SMALL), "--no-mlflow", "--storage-path", "out", *RAY_ARGS])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-3000:]
+    s = _summary(out)
+    assert s["checkpoint"].startswith(str(tmp_path / "out" / "cartpole-fastppo"))
+    result = next((Path(s["checkpoint"]).parent).glob("result.json")).read_text().splitlines()
+    assert len(result) == 1  # --stop override: 1 iteration, not the file's 5
+    assert json.loads(result[0])["config"]["num_envs"] == 8  # --config override
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_train_py_file_with_optuna(capsys, tmp_path):
+    """A .py experiment file: `config` + `stop` + `tune_config` (OptunaSearch)."""
+    src = TUNE_CONFIGS / "cartpole-fastppo-optuna.py"
+    rc = main(["sweep", str(src), "--num-samples", "2", "--stop", '{"training_iteration": 1}',
+               "--config", json.dumps(SMALL), *RAY_ARGS])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-3000:]
+    assert "trials: 2 (2 ok, 0 errored)" in out
+    best = _lines(out, "best config: ")
+    assert best and set(json.loads(best[0].split(": ", 1)[1])) == {"lr", "clip_param"}
+    _summary(out)
+
+
+def test_train_py_file_plain(capsys, tmp_path):
+    """A .py experiment file with only `config` and `stop`, via `train file`."""
+    py = tmp_path / "plain.py"
+    py.write_text("from rllib_fast.algorithms.ppo import FastPPOConfig\n"
+                  f"config = FastPPOConfig().environment('CartPole').training(**{SMALL!r})\n"
+                  "stop = {'training_iteration': 1}\n")
+    rc = main(["train", "file", str(py), "--no-mlflow", *RAY_ARGS])
+    out = capsys.readouterr().out
+    assert rc == 0 and "trials: 1 (1 ok, 0 errored)" in out, out[-3000:]
+    assert (tmp_path / "runs" / "plain").is_dir()
+
+
+# -- the console scripts --------------------------------------------------------------------------
+def test_console_scripts_subprocess(tmp_path):
+    exe = shutil.which("rllib") or os.path.join(os.path.dirname(sys.executable), "rllib")
+    if not os.path.exists(exe):
+        pytest.skip("console script `rllib` not installed (pip install -e . --no-deps)")
+    proc = subprocess.run([exe, "list"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "FastPPO" in proc.stdout and "PPO" in proc.stdout
+    proc = subprocess.run([exe, "train", "--algo", "FastPP0", "--env", "CartPole"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "unknown algorithm 'FastPP0'. Did you mean 'FastPPO'?" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    fast = shutil.which("rllib-fast") or os.path.join(os.path.dirname(sys.executable), "rllib-fast")
+    proc = subprocess.run([fast, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0 and "evaluate" in proc.stdout and "sweep" in proc.stdout
