@@ -11,7 +11,10 @@ RET = "env_runners/episode_return_mean"
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
+    import rllib_fast
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    rllib_fast.register()  # Tune's registry is per Ray session
     yield
     ray.shutdown()
 
@@ -84,3 +87,13 @@ def test_optuna_search_three_trials(tmp_path):
     assert not results.errors and len(results) == 3
     lrs = {r.config["lr"] for r in results}
     assert len(lrs) == 3 and all(1e-4 <= lr <= 3e-3 for lr in lrs)
+
+
+def test_register_survives_a_new_ray_session():
+    import rllib_fast
+    from ray.tune.registry import get_trainable_cls
+
+    ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    rllib_fast.register()
+    assert get_trainable_cls("FastPPO").__name__ == "FastPPO"
