@@ -246,9 +246,9 @@ class FastAlgorithm(Algorithm):
             from ..envs.gymnasium import GymVectorEnvAdapter
 
             out = GymVectorEnvAdapter(out, device=self.device)
-        if not hasattr(out, "step") or not hasattr(out, "single_action_space"):
-            raise TypeError(f"env {env!r} produced {type(out).__name__}, which is not a TensorVecEnv "
-                            "(see rllib_fast.envs.base) nor a gymnasium VectorEnv")
+        if not isinstance(out, TensorVecEnv):
+            raise TypeError(f"env {env!r} produced {type(out).__name__}; allowed: a subclass of "
+                            "rllib_fast.envs.TensorVecEnv or a gymnasium VectorEnv")
         return out
 
     @staticmethod

@@ -8,6 +8,7 @@ from ray.rllib.core.columns import Columns
 
 from rllib_fast.algorithms.ppo import FastPPO, FastPPOConfig, FastPPOModule
 from rllib_fast.algorithms.ppo.tuned import CARTPOLE, PENDULUM
+from rllib_fast.envs import TensorVecEnv
 
 
 def small(env="CartPole", n=8, **kw):
@@ -114,3 +115,61 @@ def test_learns_pendulum_to_minus_250():
     cfg = FastPPOConfig().environment("Pendulum", num_envs=PENDULUM["num_envs"]).training(
         **{k: v for k, v in PENDULUM.items() if k != "num_envs"}).debugging(seed=0)
     assert _train_until(cfg, -250, 300) >= -250
+
+
+def test_gpu_resource_request_follows_device_settings():
+    def bundle(cfg):
+        return FastPPO.default_resource_request(cfg).bundles[0]
+
+    assert bundle(FastPPOConfig().environment("CartPole")).get("GPU", 0) == 0
+    assert bundle(FastPPOConfig().environment("CartPole", env_device="cuda:0"))["GPU"] == 1
+    assert bundle(FastPPOConfig().environment("CartPole").learners(num_gpus_per_learner=1))["GPU"] == 1
+
+
+def test_adaptive_kl_lr_moves_lr_within_bounds():
+    cfg = small(lr=1e-3, adaptive_lr_kl_target=1e-6, adaptive_lr_bounds=[1e-4, 1e-2])
+    algo = cfg.build_algo()
+    for _ in range(3):
+        algo.train()
+    lr = algo.optimizer.param_groups[0]["lr"]
+    assert lr < 1e-3 and lr >= 1e-4  # KL far above a tiny target: lr shrinks, clamped at the bound
+    algo.stop()
+
+
+class _AliasingCartPole(TensorVecEnv):
+    """Wraps a built-in task and returns the SAME obs/reward tensors every
+    step, overwritten in place (as Isaac Gym does with rew_buf/obs_buf)."""
+
+    def __init__(self, ctx):
+        from rllib_fast.envs import make
+
+        self.inner = make("CartPole", num_envs=ctx["num_envs"], seed=ctx["seed"])
+        for k in ("num_envs", "device", "single_observation_space", "single_action_space", "max_episode_steps"):
+            setattr(self, k, getattr(self.inner, k))
+        self.obs_buf = torch.zeros(self.num_envs, 4)
+        self.rew_buf = torch.zeros(self.num_envs)
+
+    def sample_actions(self):
+        return self.inner.sample_actions()
+
+    def reset(self, seed=None):
+        self.obs_buf.copy_(self.inner.reset(seed))
+        return self.obs_buf
+
+    def step(self, a):
+        s = self.inner.step(a)
+        self.obs_buf.copy_(s.obs)
+        self.rew_buf.copy_(s.reward)
+        return s._replace(obs=self.obs_buf, reward=self.rew_buf)
+
+    def close(self):
+        pass
+
+
+def test_aliased_env_buffers_are_copied_into_storage():
+    algo = FastPPOConfig().environment(_AliasingCartPole, num_envs=4).training(
+        rollout_length=16, normalize_obs=False, decorrelate_steps=0).build_algo()
+    algo.train()
+    obs = algo.storage["obs"]
+    assert not torch.equal(obs[0], obs[-1])  # per-step copies, not 16 views of one buffer
+    assert len({tuple(o.flatten().tolist()) for o in obs}) == 16

@@ -89,3 +89,8 @@ def test_bad_env_fails_at_algorithm_build():
     cfg = FastPPOConfig().environment(lambda ctx: _BadEnv("reward"), num_envs=4).training(rollout_length=4)
     with pytest.raises(EnvContractError, match="reward"):
         cfg.build_algo()
+
+
+def test_non_tensor_env_is_rejected_with_allowed_types():
+    with pytest.raises(TypeError, match="allowed: a subclass of rllib_fast.envs.TensorVecEnv"):
+        FastPPOConfig().environment(lambda ctx: object(), num_envs=2).build_algo()
