@@ -757,21 +757,8 @@ def _evaluate(args) -> int:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     ckpt = _find_checkpoint(args.checkpoint)
     cls, _ = _checkpoint_ctor(ckpt)
-    started = False
-    if not _is_fast(cls):  # RLlib built-ins need Ray (env runner actors, registries)
-        import ray
-
-        if not ray.is_initialized():
-            kwargs: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": args.verbose >= 1}
-            if args.ray_address:
-                kwargs["address"] = args.ray_address
-            if args.ray_num_cpus is not None:
-                kwargs["num_cpus"] = args.ray_num_cpus
-            if args.ray_num_gpus is not None:
-                kwargs["num_gpus"] = args.ray_num_gpus
-            ray.init(**kwargs)
-            started = True
-        ensure_registered()
+    # RLlib built-ins need Ray (env runner actors, registries); ours do not
+    started = False if _is_fast(cls) else _init_ray(args)
     try:
         res = evaluate_checkpoint(ckpt, args.episodes, explore=args.explore, seed=args.seed)
     finally:
