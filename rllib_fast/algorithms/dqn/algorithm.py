@@ -1,0 +1,236 @@
+"""FastDQN (and its presets Rainbow, EpsRainbow): batched-inference Q-learning.
+
+Top to bottom: act (one batched forward for all N envs, per-env or scheduled
+epsilon, or noisy nets), store (lock-step write into per-env replay
+segments), learn (``training_intensity`` x generated / batch updates: n-step
+targets from the replay, double-Q selection, scalar Huber or C51 cross-entropy
+loss, PER weights and priority updates), and sync the target net.
+All on the env's device; no per-step host sync.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict
+
+import torch
+from torch.nn import functional as F
+from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED,
+                                     NUM_ENV_STEPS_TRAINED_LIFETIME)
+
+from ...core.algorithm import FastAlgorithm
+from ...core.qnets import QNetwork, categorical_projection
+from ...core.replay import SegmentedReplay
+from .config import EpsRainbowConfig, FastDQNConfig, RainbowConfig
+from .rules import apply_rule, resolve_rule
+
+POLICY = "default_policy"
+
+
+class FastDQN(FastAlgorithm):
+    @classmethod
+    def get_default_config(cls) -> FastDQNConfig:
+        return FastDQNConfig()
+
+    # -- construction ----------------------------------------------------------------
+    def build(self) -> None:
+        cfg, env = self.config, self.env
+        if not env.is_discrete:
+            raise TypeError(f"{type(self).__name__} needs a Discrete action space; "
+                            f"env {cfg.env!r} has {env.single_action_space}")
+        self.num_actions = int(env.single_action_space.n)
+        self.module = QNetwork(env.obs_shape, self.num_actions, trunk=cfg.trunk, hidden_sizes=tuple(cfg.hidden_sizes),
+                               activation=cfg.activation, dueling=cfg.dueling, num_atoms=cfg.num_atoms,
+                               noisy=cfg.noisy, sigma0=cfg.noisy_sigma0, v_min=cfg.v_min,
+                               v_max=cfg.v_max).to(self.device)
+        self.target = copy.deepcopy(self.module).requires_grad_(False)
+        self.rule = resolve_rule(cfg.batch_rule, cfg.num_atoms, cfg.noisy, cfg.prioritized_replay)
+        self.effective_lr, adam_eps = apply_rule(self.rule, cfg.batch_size, cfg.lr, cfg.adam_eps)
+        self.params = list(self.module.parameters())
+        self.optimizer = torch.optim.Adam(self.params, lr=self.effective_lr, eps=adam_eps, fused=True)
+        obs_dtype = torch.uint8 if self.env.single_observation_space.dtype == "uint8" else torch.float32
+        self.replay = SegmentedReplay(cfg.buffer_size, env.num_envs, env.obs_shape, obs_dtype, (), torch.int64,
+                                      self.device, prioritized=cfg.prioritized_replay, alpha=cfg.per_alpha)
+        n = env.num_envs
+        if cfg.exploration == "per_env":  # Ape-X: a fixed spread from greedy-ish to exploratory envs
+            i = torch.arange(n, device=self.device, dtype=torch.float32)
+            self.per_env_eps = cfg.apex_epsilon ** (1 + cfg.apex_alpha * i / max(1, n - 1))
+        self.env_steps = 0          # host counters (counts of our own calls: no device sync)
+        self.num_updates = 0
+        self.update_credit = 0.0    # fractional updates carried over between iterations
+
+    def optimizers(self) -> list:
+        return [self.optimizer]
+
+    def apply_live_hyperparameters(self) -> None:
+        cfg = self.config
+        self.effective_lr, _ = apply_rule(self.rule, cfg.batch_size, cfg.lr, cfg.adam_eps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.effective_lr
+
+    def stateful_components(self) -> Dict[str, Any]:
+        out = {**super().stateful_components(), "module": self.module, "target": self.target,
+               "optimizer": self.optimizer}
+        if self.config.checkpoint_replay:
+            out["replay"] = self.replay
+        return out
+
+    def extra_state(self) -> Dict[str, Any]:
+        return {**super().extra_state(), "env_steps": self.env_steps, "num_updates": self.num_updates,
+                "update_credit": self.update_credit}
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        super().set_extra_state(state)
+        self.env_steps, self.num_updates = state["env_steps"], state["num_updates"]
+        self.update_credit = state["update_credit"]
+
+    # -- acting ----------------------------------------------------------------------
+    def epsilon(self) -> float:
+        cfg = self.config
+        if cfg.exploration == "none":
+            return 0.0
+        frac = min(1.0, self.env_steps / cfg.epsilon_timesteps)
+        return cfg.epsilon_initial + frac * (cfg.epsilon_final - cfg.epsilon_initial)
+
+    @torch.no_grad()
+    def _act(self, obs: torch.Tensor, eps) -> torch.Tensor:
+        if self.config.noisy:
+            self.module.reset_noise()
+        greedy = self.module(obs).argmax(-1)
+        n = obs.shape[0]
+        random_a = torch.randint(0, self.num_actions, (n,), device=obs.device)
+        explore = torch.rand(n, device=obs.device) < eps
+        return torch.where(explore, random_a, greedy)
+
+    def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
+        if explore:
+            return self._act(obs, self.epsilon())
+        was_training = self.module.training
+        self.module.eval()  # noisy layers act on their means
+        try:
+            return self._act(obs, self.config.evaluation_epsilon)
+        finally:
+            self.module.train(was_training)
+
+    # -- one iteration ---------------------------------------------------------------------
+    def training_step(self) -> None:
+        cfg = self.config
+        with self.metrics.log_time(("timers", "rollout")):
+            self._rollout()
+        generated = cfg.rollout_length * self.env.num_envs
+        self.log_env_steps(generated)
+        trained = 0
+        if self.env_steps >= cfg.learning_starts:
+            self.update_credit += cfg.training_intensity * generated / cfg.batch_size
+            n_updates = int(self.update_credit)
+            self.update_credit -= n_updates
+            with self.metrics.log_time(("timers", "learn")):
+                self._learn(n_updates)
+            trained = n_updates * cfg.batch_size
+        self.tracker.log_to(self.metrics)
+        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), trained,
+                               reduce="lifetime_sum")
+        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), trained, reduce="sum")
+        self.metrics.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, trained, reduce="lifetime_sum")
+        self.metrics.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), cfg.training_intensity, window=1)
+        self.metrics.log_value((LEARNER_RESULTS, POLICY, "epsilon"), self.epsilon(), window=1)
+        self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_updates_lifetime"), self.num_updates, window=1)
+        self.metrics.log_value((LEARNER_RESULTS, POLICY, "curr_lr"), self.effective_lr, window=1)
+
+    @torch.no_grad()
+    def _rollout(self) -> None:
+        cfg, env = self.config, self.env
+        eps = self.per_env_eps if cfg.exploration == "per_env" else self.epsilon()
+        for _ in range(cfg.rollout_length):
+            action = self._act(self.obs, eps)
+            step = env.step(action)
+            done = step.terminated | step.truncated
+            self.replay.add(self.obs, action, step.reward, step.terminated, done, step.final_obs, step.valid)
+            self.tracker.update(step.reward, done, step.valid)
+            self.obs = step.obs
+            self.env_steps += env.num_envs
+            if cfg.exploration == "schedule":
+                eps = self.epsilon()
+
+    def _beta(self) -> float:
+        cfg = self.config
+        return min(1.0, cfg.per_beta + (1.0 - cfg.per_beta) * self.env_steps / cfg.per_beta_anneal_steps)
+
+    def _learn(self, n_updates: int) -> None:
+        cfg = self.config
+        stats = torch.zeros(3, device=self.device)
+        for _ in range(n_updates):
+            if cfg.prioritized_replay:
+                flat, w = self.replay.sample_prioritized(cfg.batch_size, self._beta())
+            else:
+                flat, w = self.replay.sample_uniform(cfg.batch_size)
+            b = self.replay.gather(flat, cfg.n_step, cfg.gamma)
+            if cfg.noisy:
+                self.module.reset_noise()
+                self.target.reset_noise()
+            loss_i, q_sa = self._loss(b)
+            loss = (w * loss_i).sum() / w.sum().clamp_min(1.0)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip, foreach=True)
+            self.optimizer.step()
+            if cfg.prioritized_replay:
+                self.replay.update_priorities(flat, loss_i.detach(), cfg.per_eps)
+            self.num_updates += 1
+            self._sync_target()
+            stats += torch.stack([loss.detach(), q_sa.detach().mean(), torch.ones((), device=self.device)])
+        if n_updates:
+            self.metrics.log_value((LEARNER_RESULTS, POLICY, "td_loss"), stats[0] / stats[2], window=1)
+            self.metrics.log_value((LEARNER_RESULTS, POLICY, "q_mean"), stats[1] / stats[2], window=1)
+            if cfg.prioritized_replay:
+                self.metrics.log_value((LEARNER_RESULTS, POLICY, "per_beta"), self._beta(), window=1)
+
+    def _loss(self, b: Dict[str, torch.Tensor]):
+        """Per-sample losses (Huber TD or C51 cross-entropy) and Q(s, a)."""
+        cfg, a = self.config, b["action"]
+        idx = torch.arange(a.shape[0], device=self.device)
+        with torch.no_grad():
+            next_obs = b["next_obs"]
+            if cfg.num_atoms == 1:
+                q_next_target = self.target(next_obs)
+                if cfg.double_q:
+                    next_a = self.module(next_obs).argmax(-1)
+                    next_v = q_next_target[idx, next_a]
+                else:
+                    next_v = q_next_target.max(-1).values
+                target = b["return"] + b["discount"] * next_v
+            else:
+                target_logits = self.target.logits(next_obs)
+                target_probs = F.softmax(target_logits, dim=-1)
+                support = self.target.support
+                selector = self.module(next_obs) if cfg.double_q else (target_probs * support).sum(-1)
+                next_a = selector.argmax(-1)
+                target_dist = categorical_projection(target_probs[idx, next_a], b["return"], b["discount"], support)
+        if cfg.num_atoms == 1:
+            q_sa = self.module(b["obs"])[idx, a]
+            loss_i = F.huber_loss(q_sa, target, delta=cfg.huber_delta, reduction="none")
+            return loss_i, q_sa
+        log_p = F.log_softmax(self.module.logits(b["obs"]), dim=-1)[idx, a]
+        loss_i = -(target_dist * log_p).sum(-1)
+        q_sa = (log_p.exp() * self.module.support).sum(-1)
+        return loss_i, q_sa
+
+    @torch.no_grad()
+    def _sync_target(self) -> None:
+        cfg = self.config
+        if cfg.tau is not None:
+            torch._foreach_lerp_(list(self.target.parameters()), list(self.module.parameters()), cfg.tau)
+        elif self.num_updates % cfg.target_update_period == 0:
+            self.target.load_state_dict(self.module.state_dict())
+
+
+class Rainbow(FastDQN):
+    @classmethod
+    def get_default_config(cls) -> RainbowConfig:
+        return RainbowConfig()
+
+
+class EpsRainbow(FastDQN):
+    @classmethod
+    def get_default_config(cls) -> EpsRainbowConfig:
+        return EpsRainbowConfig()

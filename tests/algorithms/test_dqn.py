@@ -1,0 +1,124 @@
+"""FastDQN family: presets, large-batch rules, constant training intensity,
+exploration, checkpoints (with and without replay), bad inputs, learning."""
+import math
+
+import pytest
+import torch
+from ray.rllib.algorithms.algorithm import Algorithm
+
+from rllib_fast.algorithms.dqn import (EpsRainbow, EpsRainbowConfig, FastDQN, FastDQNConfig, Rainbow,
+                                       RainbowConfig)
+from rllib_fast.algorithms.dqn.rules import apply_rule, dqn_lr, resolve_rule
+
+
+def small(cls=FastDQNConfig, n=4, **kw):
+    base = dict(rollout_length=4, buffer_size=2000, batch_size=16, learning_starts=32, hidden_sizes=[32])
+    base.update(kw)
+    cfg = cls().environment("CartPole", num_envs=n).training(**base).debugging(seed=1)
+    cfg.min_sample_timesteps_per_iteration = 0
+    return cfg
+
+
+def qparams(algo):
+    return torch.cat([p.detach().flatten() for p in algo.module.parameters()])
+
+
+def test_presets_switch_components_on():
+    r, e = RainbowConfig(), EpsRainbowConfig()
+    for c in (r, e):
+        assert c.double_q and c.dueling and c.prioritized_replay and c.n_step == 3 and c.num_atoms == 51
+    assert r.noisy and r.exploration == "none"
+    assert not e.noisy and e.exploration == "schedule" and e.batch_rule == "eps_rainbow"
+    assert isinstance(small(RainbowConfig, v_min=0.0, v_max=100.0).build_algo(), Rainbow)
+
+
+def test_large_batch_rules_match_the_paper():
+    assert dqn_lr(32) == 2.5e-4 and dqn_lr(512) == 7.5e-4 and dqn_lr(1024) == pytest.approx(1.5e-3)
+    assert 2.5e-4 < dqn_lr(128) < 7.5e-4 and dqn_lr(4096) == pytest.approx(1.5e-3)
+    assert apply_rule("categorical", 256, 1e-4, None) == (4.2e-4, 0.01 / 256)
+    assert apply_rule("categorical", 64, 1e-4, None) == (1e-4, 0.01 / 64)
+    assert apply_rule("eps_rainbow", 512, 6.25e-5, None) == (6.25e-5, 0.005 / 512)
+    assert resolve_rule("auto", 1, False, False) == "dqn"
+    assert resolve_rule("auto", 51, False, True) == "eps_rainbow"
+    algo = small(batch_rule="dqn", batch_size=512, buffer_size=4096).build_algo()
+    assert algo.optimizer.param_groups[0]["lr"] == 7.5e-4
+
+
+def test_training_intensity_is_constant_across_env_counts():
+    for n, batch in ((4, 16), (16, 64)):
+        algo = small(n=n, batch_size=batch, training_intensity=2.0, learning_starts=0).build_algo()
+        for _ in range(5):
+            algo.train()
+        generated = algo.env_steps - 0
+        consumed = algo.num_updates * batch
+        assert consumed / generated == pytest.approx(2.0, rel=0.1)
+        algo.stop()
+
+
+def test_per_env_epsilon_spread_apex():
+    algo = small(n=8, exploration="per_env", apex_epsilon=0.4, apex_alpha=7.0).build_algo()
+    eps = algo.per_env_eps
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8)
+    assert bool((eps[1:] < eps[:-1]).all())
+
+
+def test_epsilon_schedule_anneals_linearly():
+    algo = small(epsilon_initial=1.0, epsilon_final=0.1, epsilon_timesteps=100).build_algo()
+    algo.env_steps = 50
+    assert algo.epsilon() == pytest.approx(0.55)
+    algo.env_steps = 1000
+    assert algo.epsilon() == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("cls,kw", [(FastDQNConfig, {}), (RainbowConfig, {"v_min": 0.0, "v_max": 100.0})])
+def test_checkpoint_with_replay_resumes_exactly(tmp_path, cls, kw):
+    algo = small(cls, checkpoint_replay=True, learning_starts=0, **kw).build_algo()
+    algo.train(); algo.train()
+    path = algo.save_to_path(str(tmp_path / "c"))
+    algo.train()
+    restored = Algorithm.from_checkpoint(path)
+    assert restored.replay.t == 2 * 4 and len(restored.replay) == 2 * 4 * 4
+    restored.train()
+    torch.testing.assert_close(qparams(restored), qparams(algo), rtol=0, atol=0)
+    assert restored.num_updates == algo.num_updates
+
+
+def test_checkpoint_without_replay_restores_weights_only(tmp_path):
+    algo = small(learning_starts=0).build_algo()
+    algo.train()
+    path = algo.save_to_path(str(tmp_path / "c"))
+    restored = Algorithm.from_checkpoint(path)
+    torch.testing.assert_close(qparams(restored), qparams(algo))
+    assert restored.replay.t == 0  # replay not stored: refilled after restore
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"num_atoms": 51, "v_min": 5.0, "v_max": 5.0}, "`v_min` < `v_max`"),
+    ({"per_alpha": -0.1}, "`per_alpha` = -0.1 is out of range"),
+    ({"exploration": "boltzmann"}, "'schedule', 'per_env', 'none'"),
+    ({"batch_rule": "linear"}, "'eps_rainbow'"),
+    ({"num_atoms": 2}, "`num_atoms` = 2"),
+])
+def test_bad_inputs_fail_at_validation(kw, needle):
+    with pytest.raises(ValueError) as e:
+        small(**kw).validate()
+    assert needle in str(e.value).splitlines()[0]
+
+
+def test_image_env_with_mlp_trunk_fails_at_validation():
+    cfg = FastDQNConfig().environment("minatar:breakout").training(trunk="mlp")
+    with pytest.raises(ValueError, match="`trunk` = 'mlp' cannot encode image observations"):
+        cfg.validate()
+
+
+def test_continuous_action_env_is_rejected_clearly():
+    with pytest.raises(TypeError, match="needs a Discrete action space"):
+        FastDQNConfig().environment("Pendulum", num_envs=2).build_algo()
+
+
+def test_greedy_evaluation_and_noisy_eval_mode():
+    algo = small(RainbowConfig, v_min=0.0, v_max=100.0).evaluation(evaluation_duration=3).build_algo()
+    obs = torch.randn(5, 4)
+    a1, a2 = algo.compute_actions(obs, explore=False), algo.compute_actions(obs, explore=False)
+    assert torch.equal(a1, a2)  # noisy layers use their means when evaluating
+    assert algo.evaluate()["env_runners"]["num_episodes"] == 3
