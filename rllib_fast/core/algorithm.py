@@ -73,6 +73,10 @@ class FastConfig(AlgorithmConfig):
         "grad_clip": Param(None, "global gradient-norm clip (None: off)", low=0.0, low_open=True,
                            optional=True, live=True),
         "validate_env_on_setup": Param(True, "check the env against the contract once at setup", (bool,)),
+        "evaluation_max_path_length": Param(None, "evaluation: cut an episode after this many steps (counted as "
+                                            "finished; None: the env's own limit)", (int,), low=1, optional=True),
+        "evaluation_max_env_steps": Param(None, "evaluation: stop after this many steps per eval env even if "
+                                          "episodes are unfinished (None: no cap)", (int,), low=1, optional=True),
     }
     # Attributes a config may carry that a fresh instance lacks (set by RLlib/Tune).
     _TOLERATED_EXTRA_KEYS = frozenset({"class", "__trial_info__", "_enable_new_api_stack", "checkpoint_trainable_policies_only"})
@@ -387,6 +391,11 @@ class FastAlgorithm(Algorithm):
     def evaluate(self, parallel_train_future=None) -> Dict[str, Any]:
         """Run one episode in each of ``evaluation_duration`` fresh envs.
 
+        Stooke & Abbeel's protocol maps onto: ``evaluation_interval`` (every K
+        iterations), ``evaluation_max_env_steps`` (up to M steps),
+        ``evaluation_max_path_length`` (maximum path length), greedy actions or
+        a small epsilon (DQN's ``evaluation_epsilon``). Results are reported
+        under ``evaluation/env_runners``.
         Evaluation is greedy unless the evaluation config sets ``explore``.
         It syncs with the host every 50 steps to check completion (this is not
         the training hot path)."""
@@ -401,15 +410,17 @@ class FastAlgorithm(Algorithm):
         final_ret = torch.zeros_like(ret)
         final_len = torch.zeros_like(length)
         finished = torch.zeros(n, dtype=torch.bool, device=self.device)
-        limit = env.max_episode_steps or 100_000
+        cfg = self.config
+        path_limit = cfg.evaluation_max_path_length or env.max_episode_steps or 100_000
+        limit = min(path_limit, cfg.evaluation_max_env_steps or path_limit)
         explore = bool(getattr(self.evaluation_config, "explore", False))
-        for t in range(limit + 1):
+        for t in range(limit):
             step = env.step(self.compute_actions(obs, explore=explore))
             valid = step.valid if step.valid is not None else torch.ones_like(finished)
             active = ~finished & valid
             ret += torch.where(active, step.reward.double(), torch.zeros_like(ret))
             length += active.long()
-            ended = step.done & active
+            ended = (step.done | (length >= path_limit)) & active
             final_ret = torch.where(ended, ret, final_ret)
             final_len = torch.where(ended, length, final_len)
             finished |= ended

@@ -5,6 +5,10 @@ Names (part of the public interface):
 * built-in batched torch tasks under their plain names: ``CartPole``,
   ``Acrobot``, ``Pendulum``, ``MountainCarContinuous``;
 * gymnasium ids as ``gym:<id>`` (e.g. ``gym:HalfCheetah-v5``);
+* MinAtar games as ``minatar:<game>`` (e.g. ``minatar:breakout``) and Atari
+  games with the DQN-family preprocessing as ``atari:<Game>`` (e.g.
+  ``atari:Breakout``); both need the ``atari`` extra, imported only when such an
+  env is created;
 * later sources under their own prefixes: ``envpool:<id>``, ``isaacgym:<Task>``,
   ``isaaclab:<Task>``.
 
@@ -118,3 +122,6 @@ def _ensure_builtin_sources() -> None:
     _loaded = True
     from . import classic  # noqa: F401  (registers CartPole, Acrobot, ...)
     from . import gymnasium as _gym  # noqa: F401  (registers the gym: prefix)
+    # image sources: these modules import minatar / ale_py only inside their creators
+    from . import atari as _atari  # noqa: F401  (registers the atari: prefix)
+    from . import minatar as _minatar  # noqa: F401  (registers the minatar: prefix)

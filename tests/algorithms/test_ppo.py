@@ -173,3 +173,11 @@ def test_aliased_env_buffers_are_copied_into_storage():
     obs = algo.storage["obs"]
     assert not torch.equal(obs[0], obs[-1])  # per-step copies, not 16 views of one buffer
     assert len({tuple(o.flatten().tolist()) for o in obs}) == 16
+
+
+def test_evaluation_protocol_caps_path_length_and_steps():
+    algo = small().evaluation(evaluation_duration=6).training(evaluation_max_path_length=5).build_algo()
+    ev = algo.evaluate()["env_runners"]
+    assert ev["num_episodes"] == 6 and ev["episode_len_mean"] <= 5
+    capped = small().evaluation(evaluation_duration=6).training(evaluation_max_env_steps=3).build_algo()
+    assert capped.evaluate()["env_runners"]["num_episodes"] <= 6
