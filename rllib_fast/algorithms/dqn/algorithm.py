@@ -186,31 +186,39 @@ class FastDQN(FastAlgorithm):
                 self.metrics.log_value((LEARNER_RESULTS, POLICY, "per_beta"), self._beta(), window=1)
 
     def _loss(self, b: Dict[str, torch.Tensor]):
-        """Per-sample losses (Huber TD or C51 cross-entropy) and Q(s, a)."""
+        """Per-sample losses (Huber TD or C51 cross-entropy) and Q(s, a).
+
+        With double Q, one online forward over ``[obs; next_obs]`` serves both
+        the loss (first half, with gradients) and the next-action selection
+        (second half, detached)."""
         cfg, a = self.config, b["action"]
-        idx = torch.arange(a.shape[0], device=self.device)
+        B = a.shape[0]
+        idx = torch.arange(B, device=self.device)
+        c51 = cfg.num_atoms > 1
+        online_in = torch.cat([b["obs"], b["next_obs"]]) if cfg.double_q else b["obs"]
+        out = self.module.logits(online_in) if c51 else self.module(online_in)
+        out_obs = out[:B]
         with torch.no_grad():
-            next_obs = b["next_obs"]
-            if cfg.num_atoms == 1:
-                q_next_target = self.target(next_obs)
+            if c51:
+                target_probs = F.softmax(self.target.logits(b["next_obs"]), dim=-1)
+                support = self.target.support
                 if cfg.double_q:
-                    next_a = self.module(next_obs).argmax(-1)
-                    next_v = q_next_target[idx, next_a]
+                    selector = self.module.q_from_logits(out[B:].detach())
+                else:
+                    selector = (target_probs * support).sum(-1)
+                next_a = selector.argmax(-1)
+                target_dist = categorical_projection(target_probs[idx, next_a], b["return"], b["discount"], support)
+            else:
+                q_next_target = self.target(b["next_obs"])
+                if cfg.double_q:
+                    next_v = q_next_target[idx, out[B:].detach().argmax(-1)]
                 else:
                     next_v = q_next_target.max(-1).values
                 target = b["return"] + b["discount"] * next_v
-            else:
-                target_logits = self.target.logits(next_obs)
-                target_probs = F.softmax(target_logits, dim=-1)
-                support = self.target.support
-                selector = self.module(next_obs) if cfg.double_q else (target_probs * support).sum(-1)
-                next_a = selector.argmax(-1)
-                target_dist = categorical_projection(target_probs[idx, next_a], b["return"], b["discount"], support)
-        if cfg.num_atoms == 1:
-            q_sa = self.module(b["obs"])[idx, a]
-            loss_i = F.huber_loss(q_sa, target, delta=cfg.huber_delta, reduction="none")
-            return loss_i, q_sa
-        log_p = F.log_softmax(self.module.logits(b["obs"]), dim=-1)[idx, a]
+        if not c51:
+            q_sa = out_obs[idx, a]
+            return F.huber_loss(q_sa, target, delta=cfg.huber_delta, reduction="none"), q_sa
+        log_p = F.log_softmax(out_obs, dim=-1)[idx, a]
         loss_i = -(target_dist * log_p).sum(-1)
         q_sa = (log_p.exp() * self.module.support).sum(-1)
         return loss_i, q_sa
