@@ -12,13 +12,14 @@ Design (all of it on ``env.device``, batched, no Python loop over envs):
   holds the last ``k`` frames of every env. Since all envs step in lock-step a
   single host-side write pointer ``p`` serves every row: a step writes the new
   frame into slot ``p`` in place (no allocation).
-* **No aliasing (roll, not view).** The returned stacks are ``torch.roll`` of
-  the ring into oldest-to-newest order, which always produces a *fresh*
-  tensor. A returned ``obs``/``final_obs`` therefore never changes when the
-  ring is written later, so a replay buffer or rollout storage may keep a
-  reference to it without copying. That one ``[N, H, W, k*C]`` tensor per
-  returned stack is the only per-step allocation (two when some env reset this
-  step: ``final_obs`` and ``obs`` differ then).
+* **No aliasing (a rolled copy, never a view).** The returned stacks are the
+  ring gathered into oldest-to-newest order (``index_select`` of the frame
+  axis with a precomputed order per write pointer -- a roll), which always
+  produces a *fresh* tensor. A returned ``obs``/``final_obs`` therefore never
+  changes when the ring is written later, so a replay buffer or rollout storage
+  may keep a reference to it without copying. That one ``[N, H, W, k*C]``
+  tensor per returned stack is the only per-step allocation (two when some env
+  reset this step: ``final_obs`` and ``obs`` differ then).
 * **Episode ends.** ``final_obs`` is the terminal stack: the last ``k - 1``
   frames of the ended episode followed by the source's terminal frame
   (``Step.final_obs``). The stack of an env whose episode ended is then
@@ -43,10 +44,12 @@ Design (all of it on ``env.device``, batched, no Python loop over envs):
   :class:`~rllib_fast.envs.gymnasium.GymVectorEnvAdapter` exposes) unless
   ``late_reset`` is given. For same-step sources a row is re-initialised when
   it is done or invalid.
-* **No host sync.** On CUDA the reset path is branch-free (masked in-place
-  ``torch.where`` on the ring, executed every step; with no env done it is a
-  no-op). On a CPU device, where reading a flag costs nothing, the reset path is
-  skipped when no row needs it and ``obs is final_obs`` then.
+* **No host sync.** On CUDA (any non-CPU device) the reset path is branch-free:
+  masked in-place ops on the ring and a masked copy for ``obs``, executed every
+  step (with no env done they change nothing). On a CPU device, where reading a
+  flag costs nothing, the rows to reset are indexed instead (only they are
+  touched; byte-wise masked passes over the whole ring are slow on CPU), and
+  with no row to reset ``obs is final_obs``.
 """
 from __future__ import annotations
 
@@ -110,39 +113,67 @@ class FrameStack(TensorVecEnv):
         self._ring = torch.zeros((self.num_envs, h, w, self.k * c), dtype=dtype, device=self.device)
         self._ring5 = self._ring.view(self.num_envs, h, w, self.k, c)
         self._ptr = self.k - 1  # slot of the newest frame
+        # order[p]: ring slots oldest -> newest when the newest frame is in slot p
+        self._order = [torch.tensor([(p + 1 + j) % self.k for j in range(self.k)], device=self.device)
+                       for p in range(self.k)]
         self._sync_free = self.device.type == "cpu"
 
     # -- helpers ---------------------------------------------------------------
     def _stacked(self) -> torch.Tensor:
         """Fresh ``[N, H, W, k*C]`` copy of the ring, oldest frame first."""
-        shift = self.k - 1 - self._ptr
-        out = torch.roll(self._ring5, shifts=shift, dims=3) if shift else self._ring5.clone()
-        return out.reshape(self.num_envs, *self._hwc[:2], self.k * self._hwc[2])
+        out = self._ring5.index_select(3, self._order[self._ptr])
+        return out.view(self.num_envs, *self._hwc[:2], self.k * self._hwc[2])
 
-    def _reset_rows(self, rows: Optional[torch.Tensor], frame: torch.Tensor) -> None:
-        """Re-initialise the stacks of ``rows`` (``None`` = all) from ``frame``
-        ``[N, H, W, C]`` per ``pad``; other rows keep their ring contents."""
-        ring5, p = self._ring5, self._ptr
-        if rows is None:
-            if self.pad == "repeat":
-                ring5.copy_(frame.unsqueeze(3).expand_as(ring5))
-            else:
-                ring5.zero_()
-                ring5[:, :, :, p] = frame
-            return
-        mask = rows.view(-1, 1, 1, 1, 1)
+    def _fill_all(self, frame: torch.Tensor) -> None:
+        ring5 = self._ring5
         if self.pad == "repeat":
-            torch.where(mask, frame.unsqueeze(3), ring5, out=ring5)
+            ring5.copy_(frame.unsqueeze(3).expand_as(ring5))
         else:
-            ring5.masked_fill_(mask, 0)
-            # newest slot: rows not reset already hold this frame (obs == final_obs there)
-            ring5[:, :, :, p] = frame
+            ring5.zero_()
+            ring5[:, :, :, self._ptr] = frame
+
+    def _reset_rows_indexed(self, rows: torch.Tensor, frame: torch.Tensor,
+                            final: torch.Tensor) -> torch.Tensor:
+        """CPU path: re-initialise the stacks of env indices ``rows`` from their
+        reset frames (``frame`` rows); returns ``obs`` (``final`` with those rows
+        replaced by their fresh stacks)."""
+        f = frame.index_select(0, rows).unsqueeze(3)  # [m, H, W, 1, C]
+        if self.pad == "repeat":
+            fresh = f.expand(-1, -1, -1, self.k, -1)
+            ring_rows = ordered = fresh
+        else:
+            ring_rows = torch.zeros((rows.numel(), *self._ring5.shape[1:]), dtype=f.dtype, device=f.device)
+            ring_rows[:, :, :, self._ptr] = f[:, :, :, 0]
+            ordered = torch.zeros_like(ring_rows)
+            ordered[:, :, :, self.k - 1] = f[:, :, :, 0]
+        self._ring5[rows] = ring_rows
+        obs = final.clone()
+        obs.view_as(self._ring5)[rows] = ordered
+        return obs
+
+    def _reset_rows_masked(self, mask: torch.Tensor, frame: torch.Tensor,
+                           final: torch.Tensor) -> torch.Tensor:
+        """Branch-free path (no host sync): same as ``_reset_rows_indexed`` for
+        the rows where ``mask`` ``[N]`` is True."""
+        m5 = mask.view(-1, 1, 1, 1, 1)
+        ring5, f = self._ring5, frame.unsqueeze(3)
+        final5 = final.view_as(ring5)
+        if self.pad == "repeat":
+            torch.where(m5, f, ring5, out=ring5)
+            obs5 = torch.where(m5, f, final5)
+        else:
+            ring5.masked_fill_(m5, 0)
+            # newest slot: rows not reset already hold exactly this frame (obs == final_obs there)
+            ring5[:, :, :, self._ptr] = frame
+            obs5 = final5.masked_fill(m5, 0)
+            obs5[:, :, :, self.k - 1] = frame
+        return obs5.view_as(final)
 
     # -- contract ---------------------------------------------------------------
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
         obs = self.env.reset(seed=seed)
         self._ptr = self.k - 1
-        self._reset_rows(None, obs.to(self._ring.dtype))
+        self._fill_all(obs.to(self._ring.dtype))
         return self._stacked()
 
     def step(self, actions: torch.Tensor) -> Step:
@@ -159,13 +190,19 @@ class FrameStack(TensorVecEnv):
             reset = out.terminated | out.truncated
             if invalid is not None:
                 reset = reset | invalid
-        if reset is None or (self._sync_free and not bool(reset.any())):
-            obs = final
-        else:
-            self._reset_rows(reset, out.obs.to(dtype))
-            obs = self._stacked()
-            if invalid is not None:
-                final = torch.where(invalid.view(-1, 1, 1, 1), obs, final)
+        obs = final
+        if reset is not None:
+            if self._sync_free:
+                rows = reset.nonzero().view(-1)
+                if rows.numel():
+                    obs = self._reset_rows_indexed(rows, out.obs.to(dtype), final)
+                    if invalid is not None:
+                        bad = invalid.nonzero().view(-1)
+                        final[bad] = obs[bad]
+            else:
+                obs = self._reset_rows_masked(reset, out.obs.to(dtype), final)
+                if invalid is not None:
+                    final = torch.where(invalid.view(-1, 1, 1, 1), obs, final)
         return Step(obs=obs, reward=out.reward, terminated=out.terminated, truncated=out.truncated,
                     final_obs=final, valid=out.valid, extras=out.extras)
 

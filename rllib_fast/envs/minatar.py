@@ -33,8 +33,9 @@ Decisions:
   them as ``truncated`` (never ``terminated``), so learners bootstrap through it.
   ``None`` disables it.
 * **Autoreset** is same-step: ``obs`` of an ended env is already its reset
-  state, ``final_obs`` the terminal state (for all other rows ``final_obs is
-  obs``'s content); ``valid`` is always None.
+  state, ``final_obs`` the terminal state (for the other rows it equals
+  ``obs``; it *is* the ``obs`` tensor when no env ended); ``valid`` is always
+  None.
 * **Seeding**: ``reset(seed)`` seeds env ``i`` with the ``i``-th word of
   ``numpy.random.SeedSequence(seed).generate_state(N)`` (independent streams,
   reproducible for a given ``(seed, N)``); the constructor's ``seed`` is used
@@ -95,7 +96,7 @@ class PackedUploader:
         self._head = self._f32_end + n * self.n_bool
         total = self._head + 2 * n * self.d
         self._buf = torch.zeros(total, dtype=torch.uint8, pin_memory=self.cuda)
-        b = self._buf.numpy()
+        self._buf_np = b = self._buf.numpy()
         self.f32 = b[:self._f32_end].view(np.float32).reshape(self.n_f32, n)
         self.bools = b[self._f32_end:self._head].view(np.bool_).reshape(self.n_bool, n)
         self.obs = b[self._head:self._head + n * self.d].reshape(n, *self.obs_shape)
@@ -109,6 +110,10 @@ class PackedUploader:
 
     def _transfer(self, length: int) -> torch.Tensor:
         src = self._buf[:length]
+        if self.device.type == "cpu":
+            # a plain single-threaded memcpy: torch's parallel copy of a small buffer costs
+            # OpenMP barrier latency (milliseconds on an oversubscribed CPU)
+            return torch.from_numpy(self._buf_np[:length].copy())
         if not self.cuda:
             return src.to(self.device, copy=True)
         dev = src.to(self.device, non_blocking=True)

@@ -122,3 +122,50 @@ def test_greedy_evaluation_and_noisy_eval_mode():
     a1, a2 = algo.compute_actions(obs, explore=False), algo.compute_actions(obs, explore=False)
     assert torch.equal(a1, a2)  # noisy layers use their means when evaluating
     assert algo.evaluate()["env_runners"]["num_episodes"] == 3
+
+
+def _train_until(cfg, threshold, max_env_steps):
+    from rllib_fast.algorithms.dqn.tuned import CARTPOLE_DQN  # noqa: F401  (documented source of settings)
+
+    algo = cfg.build_algo()
+    best = -math.inf
+    while algo.env_steps < max_env_steps and best < threshold:
+        ret = algo.train()["env_runners"]["episode_return_mean"]
+        best = max(best, ret if ret == ret else -math.inf)
+    algo.stop()
+    return best
+
+
+def _tuned(cls, preset):
+    kw = dict(preset)
+    n = kw.pop("num_envs")
+    return cls().environment("CartPole", num_envs=n).training(**kw).debugging(seed=0)
+
+
+@pytest.mark.slow
+def test_fastdqn_learns_cartpole_to_475():
+    from rllib_fast.algorithms.dqn.tuned import CARTPOLE_DQN
+
+    assert _train_until(_tuned(FastDQNConfig, CARTPOLE_DQN), 475, 500_000) >= 475
+
+
+@pytest.mark.slow
+def test_rainbow_learns_cartpole_to_400():
+    from rllib_fast.algorithms.dqn.tuned import CARTPOLE_RAINBOW
+
+    assert _train_until(_tuned(RainbowConfig, CARTPOLE_RAINBOW), 400, 300_000) >= 400
+
+
+def test_minatar_smoke_with_cnn_trunk_and_uint8_replay():
+    cfg = (RainbowConfig().environment("minatar:breakout", num_envs=8)
+           .training(rollout_length=8, buffer_size=4096, batch_size=32, learning_starts=256, training_intensity=1.0,
+                     v_min=0.0, v_max=20.0).debugging(seed=0))
+    cfg.min_sample_timesteps_per_iteration = 0
+    algo = cfg.build_algo()
+    assert algo.replay.data["obs"].dtype == torch.uint8  # images stored as bytes
+    assert type(algo.module.trunk).__name__ != "Sequential" or any(
+        isinstance(m, torch.nn.Conv2d) for m in algo.module.modules())
+    while algo.env_steps < 3000:
+        r = algo.train()
+    assert algo.num_updates > 0 and math.isfinite(r["learners"]["default_policy"]["td_loss"])
+    algo.stop()
