@@ -97,3 +97,17 @@ def test_register_survives_a_new_ray_session():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rllib_fast.register()
     assert get_trainable_cls("FastPPO").__name__ == "FastPPO"
+
+
+@pytest.mark.parametrize("name", ["FastDQN", "Rainbow", "EpsRainbow"])
+def test_dqn_family_runs_under_tune_by_name(tmp_path, name):
+    from rllib_fast.algorithms import CONFIGS
+
+    cfg = CONFIGS[name]().environment("CartPole", num_envs=4).training(
+        buffer_size=1000, batch_size=16, learning_starts=16, hidden_sizes=[16], v_min=0.0, v_max=100.0)
+    cfg.min_sample_timesteps_per_iteration = 64
+    results = tune.Tuner(name, param_space=cfg, run_config=tune.RunConfig(
+        storage_path=str(tmp_path), stop={"training_iteration": 2})).fit()
+    assert not results.errors
+    r = results[0].metrics
+    assert r["learners"]["default_policy"]["num_updates_lifetime"] > 0

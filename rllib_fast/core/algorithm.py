@@ -131,6 +131,17 @@ class FastConfig(AlgorithmConfig):
                                                      set(spec) | set(vars(self)))) from None
         return self
 
+    def evaluation(self, **kwargs) -> "FastConfig":
+        """RLlib's ``evaluation()`` plus our declared ``evaluation_*`` keys
+        (``update_from_dict`` routes every ``evaluation_*`` key here)."""
+        spec = self.hyperparameter_spec()
+        for k in [k for k in kwargs if k in spec]:
+            value = kwargs.pop(k)
+            if value is not NotProvided:
+                setattr(self, k, value)
+        super().evaluation(**kwargs)
+        return self
+
     def environment(self, env=NotProvided, *, num_envs=NotProvided, env_device=NotProvided, **kwargs):
         super().environment(env, **kwargs)
         if num_envs is not NotProvided:

@@ -94,3 +94,9 @@ def test_bad_env_fails_at_algorithm_build():
 def test_non_tensor_env_is_rejected_with_allowed_types():
     with pytest.raises(TypeError, match="allowed: a subclass of rllib_fast.envs.TensorVecEnv"):
         FastPPOConfig().environment(lambda ctx: object(), num_envs=2).build_algo()
+
+
+def test_declared_evaluation_keys_survive_dict_round_trip():
+    cfg = FastPPOConfig().evaluation(evaluation_max_path_length=7, evaluation_duration=3)
+    again = FastPPOConfig().update_from_dict(cfg.to_dict())
+    assert again.evaluation_max_path_length == 7 and again.evaluation_duration == 3
