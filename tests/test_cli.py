@@ -21,15 +21,7 @@ PPO_SMALL = {"num_env_runners": 0, "train_batch_size_per_learner": 128, "minibat
 RAY_ARGS = ["--ray-num-cpus", "2"]
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    yield
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("isolated_run")
 
 
 def _lines(text, prefix):

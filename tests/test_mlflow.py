@@ -12,15 +12,7 @@ from rllib_fast.tune.plots import CurveCollector, curve_point, env_step, plot_cu
 RETURN = "env_runners/episode_return_mean"
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    yield
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("isolated_run")
 
 
 @pytest.fixture

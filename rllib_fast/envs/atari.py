@@ -67,7 +67,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from .base import Step, TensorVecEnv
+from .base import Step, TensorVecEnv, canonical_device, check_num_envs
 from .frame_stack import FrameStack
 from .minatar import PackedUploader, _actions_to_list
 from .registry import register_prefix
@@ -145,12 +145,8 @@ class AtariFrames(TensorVecEnv):
                  full_action_space: bool = False, num_threads: int = 0, keep_raw: bool = False):
         ale_py = _import_ale()
         self.game = canonical_atari_game(game)
-        self.num_envs = n = int(num_envs)
-        if n < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.num_envs = n = check_num_envs(num_envs)
+        self.device = canonical_device(device)
         self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
         frames = (_NO_LIMIT_FRAMES if self.max_episode_steps is None
                   else self.max_episode_steps * int(frameskip))

@@ -56,6 +56,19 @@ class Step(NamedTuple):
         return self.terminated | self.truncated
 
 
+def canonical_device(device: Any) -> torch.device:
+    """A concrete torch device ("cuda" -> "cuda:<current>") so it compares
+    equal to the ``.device`` of tensors created on it."""
+    return torch.empty(0, device=device).device
+
+
+def check_num_envs(num_envs: Any) -> int:
+    n = int(num_envs)
+    if n < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    return n
+
+
 class EnvContractError(ValueError):
     """A tensor vector env broke the contract (shape, dtype or device)."""
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from .base import Step, TensorVecEnv
+from .base import Step, TensorVecEnv, canonical_device, check_num_envs
 from .registry import register
 
 __all__ = ["CartPoleEnv", "AcrobotEnv", "PendulumEnv", "MountainCarContinuousEnv"]
@@ -52,13 +52,10 @@ class _ClassicControlEnv(TensorVecEnv):
 
     def __init__(self, num_envs: int, device: Any, seed: Optional[int],
                  max_episode_steps: Optional[int], autoreset: bool):
-        if int(num_envs) < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if max_episode_steps is not None and int(max_episode_steps) < 1:
             raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
-        self.num_envs = int(num_envs)
-        # concrete device ("cuda" -> "cuda:0") so it equals the tensors' .device
-        self.device = torch.empty(0, device=device).device
+        self.num_envs = check_num_envs(num_envs)
+        self.device = canonical_device(device)
         self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
         self.autoreset = bool(autoreset)
         self._discrete = isinstance(self.single_action_space, spaces.Discrete)

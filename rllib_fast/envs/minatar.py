@@ -54,7 +54,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from .base import Step, TensorVecEnv
+from .base import Step, TensorVecEnv, canonical_device, check_num_envs
 from .registry import register_prefix
 
 __all__ = ["MinAtarVecEnv", "PackedUploader", "make_minatar", "MINATAR_GAMES"]
@@ -199,12 +199,8 @@ class MinAtarVecEnv(TensorVecEnv):
                  max_episode_steps: Optional[int] = 27_000, minimal_action_set: bool = True):
         Environment = _import_minatar()
         self.game = canonical_minatar_game(game)
-        self.num_envs = n = int(num_envs)
-        if n < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.num_envs = n = check_num_envs(num_envs)
+        self.device = canonical_device(device)
         self.games = [Environment(self.game, sticky_action_prob=float(sticky_action_prob),
                                   difficulty_ramping=bool(difficulty_ramping)) for _ in range(n)]
         g0 = self.games[0]
