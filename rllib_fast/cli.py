@@ -96,6 +96,7 @@ def resolve_algorithm(name: Any) -> type:
             return getattr(importlib.import_module(mod), attr)
         except (ImportError, AttributeError) as err:
             raise UsageError(f"cannot import algorithm {name!r}: {err}") from None
+
     from ray.tune.registry import TRAINABLE_CLASS, _global_registry
 
     try:
@@ -412,13 +413,11 @@ def _init_ray(args) -> bool:
 
 
 def ensure_registered() -> None:
-    """``rllib_fast.register()``, redone when an earlier Ray session in this
-    process already consumed the registrations: Tune's registry lives in the
-    Ray cluster (per job), while ``register()`` runs once per process."""
+    """Register our names in the current Ray session (Tune's registry lives
+    in the cluster, per job; ``register()`` checks it and re-registers)."""
     import rllib_fast
-    from ray.tune.registry import TRAINABLE_CLASS, _global_registry
 
-    rllib_fast.register()  # checks Tune's (per-session) registry itself
+    rllib_fast.register()
 
 
 def run_plan(plan: Plan, args) -> int:

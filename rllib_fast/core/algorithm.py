@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from typing import Any, Dict, Mapping, Optional
 
 import gymnasium as gym

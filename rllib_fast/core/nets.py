@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-import torch
 from torch import nn
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU, "gelu": nn.GELU}

@@ -10,7 +10,7 @@ transition ever bootstraps across an auto-reset.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional
 
 import torch
 

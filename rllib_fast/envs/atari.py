@@ -61,7 +61,7 @@ later resets continue each game's own RNG.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 import gymnasium as gym
 import numpy as np

@@ -1,4 +1,4 @@
-"""The FastPPO policy: an RLModule (so ``algo.get_module()`` and RLlib-style
+"""The actor-critic policy of the on-policy algorithms (FastPPO, FastA2C): an RLModule (so ``algo.get_module()`` and RLlib-style
 inference work) whose hot-path methods are plain tensor functions.
 
 The observation and value normalisers are buffers of this module, so a policy
@@ -20,13 +20,13 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 from torch.nn import functional as F
 
-from ...core.nets import mlp
-from ...core.normalize import RunningMeanStd
+from ..core.nets import mlp
+from ..core.normalize import RunningMeanStd
 
 _LOG_2PI = math.log(2 * math.pi)
 
 
-class FastPPOModule(TorchRLModule, ValueFunctionAPI):
+class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
     """Separate actor and critic MLPs.
 
     ``model_config``: hidden_sizes, activation, std_mode, init_log_std.
@@ -132,3 +132,7 @@ class FastPPOModule(TorchRLModule, ValueFunctionAPI):
 
     get_exploration_action_dist_cls = get_inference_action_dist_cls
     get_train_action_dist_cls = get_inference_action_dist_cls
+
+
+# the name FastPPO users know
+FastPPOModule = ActorCriticModule

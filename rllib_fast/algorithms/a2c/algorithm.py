@@ -1,0 +1,59 @@
+"""FastA2C: batched synchronous advantage actor-critic.
+
+The rollout, storage and targets are the shared on-policy machinery
+(:mod:`rllib_fast.algorithms.onpolicy`); A2C's learning phase is one gradient
+step on the whole ``[T, N]`` batch: policy gradient with (optionally
+standardised) advantages, value regression and an entropy bonus.
+"""
+from __future__ import annotations
+
+import torch
+from ray.rllib.utils.metrics import LEARNER_RESULTS
+
+from ..onpolicy import OnPolicyAlgorithm, masked_mean
+from .config import FastA2CConfig
+
+POLICY = "default_policy"
+
+
+class FastA2C(OnPolicyAlgorithm):
+    @classmethod
+    def get_default_config(cls) -> FastA2CConfig:
+        return FastA2CConfig()
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        cfg = self.config
+        if cfg.optimizer == "rmsprop":
+            return torch.optim.RMSprop(self.params, lr=cfg.effective_lr(), alpha=cfg.rmsprop_alpha,
+                                       eps=cfg.rmsprop_eps, foreach=True)
+        return torch.optim.Adam(self.params, lr=cfg.effective_lr(), eps=cfg.rmsprop_eps, fused=True)
+
+    def apply_live_hyperparameters(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.effective_lr()
+
+    def training_intensity(self) -> float:
+        return 1.0
+
+    def _learn(self) -> None:
+        cfg, st, module = self.config, self.storage, self.module
+        adv, targets, _, w = self._targets()
+        denom = w.sum().clamp_min(1.0) if w is not None else None
+        if cfg.normalize_advantages:
+            mean = masked_mean(adv, w, denom)
+            adv = (adv - mean) / (masked_mean((adv - mean) ** 2, w, denom).sqrt() + 1e-8)
+        obs = st.flat("obs")
+        logp, entropy = module.evaluate_actions(obs, st.flat("actions"))
+        pg_loss = -masked_mean(logp * adv, w, denom)
+        vf_loss = 0.5 * masked_mean((module.value(obs) - targets) ** 2, w, denom)
+        ent = masked_mean(entropy, w, denom)
+        loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * ent
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip, foreach=True)
+        self.optimizer.step()
+        for key, value in (("policy_loss", pg_loss), ("vf_loss", vf_loss), ("entropy", ent)):
+            self.metrics.log_value((LEARNER_RESULTS, POLICY, key), value.detach(), window=1)
+        self.metrics.log_value((LEARNER_RESULTS, POLICY, "curr_lr"), self.optimizer.param_groups[0]["lr"],
+                               window=1)

@@ -1,0 +1,43 @@
+"""FastA2C hyperparameters."""
+from __future__ import annotations
+
+import math
+
+from ...core.params import Param
+from ..onpolicy import OnPolicyConfig
+
+
+class FastA2CConfig(OnPolicyConfig):
+    """Batched synchronous A2C (Stooke & Abbeel §5.3): horizon 5, RMSProp,
+    one gradient step per batch (training intensity 1).
+
+    ``lr_rule='sqrt'`` applies the paper's large-batch rule: lr grows with the
+    square root of the batch from ``lr`` at ``lr_rule_base_batch`` (the
+    paper: 7e-4 at 16 envs x 5 steps = 80), capped at ``lr_rule_cap`` (3e-3).
+    """
+
+    HYPERPARAMETERS = {
+        "optimizer": Param("rmsprop", "optimizer", (str,), choices=("rmsprop", "adam")),
+        "rmsprop_alpha": Param(0.99, "RMSProp smoothing constant", low=0.0, high=1.0, low_open=True),
+        "rmsprop_eps": Param(1e-5, "RMSProp/Adam epsilon", low=0.0, low_open=True),
+        "lr_rule": Param("none", "large-batch learning-rate rule", (str,), choices=("none", "sqrt"), live=True),
+        "lr_rule_base_batch": Param(80, "batch at which `lr` applies under lr_rule='sqrt'", (int,), low=1, live=True),
+        "lr_rule_cap": Param(3e-3, "largest lr under lr_rule='sqrt'", low=0.0, low_open=True, live=True),
+    }
+
+    def __init__(self, algo_class=None):
+        from .algorithm import FastA2C
+
+        super().__init__(algo_class=algo_class or FastA2C)
+        self.rollout_length = 5
+        self.lr = 7e-4
+        self.lambda_ = 1.0            # plain n-step returns, as A2C
+        self.entropy_coeff = 0.01
+        self.grad_clip = 0.5
+        self.num_envs = 16
+
+    def effective_lr(self) -> float:
+        if self.lr_rule == "sqrt":
+            batch = self.horizon() * self.num_envs
+            return min(self.lr_rule_cap, self.lr * math.sqrt(batch / self.lr_rule_base_batch))
+        return self.lr

@@ -1,0 +1,204 @@
+"""Shared machinery of the synchronous on-policy algorithms (FastPPO, FastA2C).
+
+Stooke & Abbeel's batched sampler: every step one forward for all N envs,
+written into preallocated ``[T, N]`` storage; then targets from one batched
+critic pass and GAE. Subclasses choose the optimizer and write ``_learn``.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import torch
+from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED,
+                                     NUM_ENV_STEPS_TRAINED_LIFETIME)
+
+from ..core.algorithm import FastAlgorithm, FastConfig
+from ..core.nets import ACTIVATIONS
+from ..core.params import POSITIVE_INT_LIST, Param
+from ..core.rollout import RolloutStorage, compute_gae
+from .actor_critic import ActorCriticModule
+
+POLICY = "default_policy"
+
+
+def masked_mean(x: torch.Tensor, w: torch.Tensor | None, denom: torch.Tensor | None) -> torch.Tensor:
+    return x.mean() if w is None else (x * w).sum() / denom
+
+
+class OnPolicyConfig(FastConfig):
+    """Keys shared by the batched on-policy algorithms."""
+
+    HYPERPARAMETERS = {
+        "rollout_length": Param(32, "env steps per env per iteration (horizon T)", (int,), low=1),
+        "total_batch_size": Param(None, "Stooke's rule: fixed T*N; rollout_length = total_batch_size // num_envs",
+                                  (int,), low=1, optional=True),
+        "vf_loss_coeff": Param(0.5, "value loss weight", low=0.0, live=True),
+        "entropy_coeff": Param(0.0, "entropy bonus weight", low=0.0, live=True),
+        "lambda_": Param(0.95, "GAE lambda", low=0.0, high=1.0, live=True),
+        "normalize_obs": Param(True, "running mean/std observation normalisation on device", (bool,)),
+        "normalize_values": Param(True, "critic predicts returns normalised by running statistics", (bool,)),
+        "normalize_advantages": Param(True, "standardise advantages per minibatch", (bool,), live=True),
+        "hidden_sizes": Param([64, 64], "hidden layer sizes of actor and critic", (list, tuple),
+                              check=POSITIVE_INT_LIST),
+        "activation": Param("tanh", "hidden activation", (str,), choices=tuple(ACTIVATIONS)),
+        "std_mode": Param("state_independent", "Gaussian std: a free parameter or a head output",
+                          (str,), choices=("state_independent", "state_dependent")),
+        "init_log_std": Param(0.0, "initial log std of the Gaussian policy", low=-10.0, high=5.0),
+        "decorrelate_steps": Param(None, "start-state decorrelation: env i first takes k_i ~ U[0, this] random "
+                                   "actions (None: the env's time limit or 100; 0: off)", (int,), low=0,
+                                   optional=True),
+    }
+
+    def horizon(self) -> int:
+        if self.total_batch_size is not None:
+            return max(1, self.total_batch_size // self.num_envs)
+        return self.rollout_length
+
+
+class OnPolicyAlgorithm(FastAlgorithm):
+    # -- construction ------------------------------------------------------------
+    def build(self) -> None:
+        cfg, env = self.config, self.env
+        self.module = ActorCriticModule(
+            observation_space=env.single_observation_space, action_space=env.single_action_space,
+            inference_only=False,
+            model_config={"hidden_sizes": list(cfg.hidden_sizes), "activation": cfg.activation,
+                          "std_mode": cfg.std_mode, "init_log_std": cfg.init_log_std},
+        ).to(self.device)
+        self.params = list(self.module.parameters())
+        self.optimizer = self.make_optimizer()
+        self.horizon = cfg.horizon()
+        obs_shape, act_shape = env.obs_shape, env.action_shape
+        act_dtype = torch.int64 if env.is_discrete else torch.float32
+        self.storage = RolloutStorage(self.horizon, env.num_envs, {
+            "obs": (obs_shape, torch.float32), "final_obs": (obs_shape, torch.float32),
+            "actions": (act_shape, act_dtype), "logp": ((), torch.float32),
+            "rewards": ((), torch.float32), "terminated": ((), torch.bool), "done": ((), torch.bool),
+            "valid": ((), torch.bool),
+            **({"raw_obs": (obs_shape, torch.float32)} if cfg.normalize_obs else {}),
+        }, self.device)
+        self.any_invalid = False  # flips to True the first time a source reports valid=False masks
+        self._decorrelate()
+
+    def _normalize_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
+        obs = obs.float().reshape(obs.shape[0], -1)
+        if not self.config.normalize_obs:
+            return obs
+        if update:
+            self.module.obs_norm.update(obs)
+        return self.module.obs_norm.normalize(obs)
+
+    @torch.no_grad()
+    def _decorrelate(self) -> None:
+        """Stooke & Abbeel §5.3: env i first takes k_i ~ U[0, K] uniform-random
+        actions (then the initial policy until K), so envs do not move in
+        lock-step. Sources that can also randomise their episode clocks (so
+        time limits do not align) are asked to."""
+        k_max = self.config.decorrelate_steps
+        if k_max is None:
+            k_max = self.env.max_episode_steps or 100
+        if k_max <= 0:
+            return
+        if hasattr(self.env, "randomize_episode_progress"):
+            self.env.randomize_episode_progress()
+        n = self.env.num_envs
+        k = torch.randint(0, k_max + 1, (n,), device=self.device)
+        for t in range(k_max):
+            policy_a, _ = self.module.sample(self._normalize_obs(self.obs, update=True))
+            random_a = self.env.sample_actions()
+            use_random = (t < k).view(-1, *([1] * (random_a.dim() - 1)))
+            self.obs = self.env.step(torch.where(use_random, random_a, self.module.to_env_action(policy_a))).obs
+        self.log_env_steps(k_max * n)
+        self.tracker.skip_current_episodes()
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        raise NotImplementedError("abstract: OnPolicyAlgorithm.make_optimizer")
+
+    def training_intensity(self) -> float:
+        """Average number of gradient uses of each sample."""
+        raise NotImplementedError("abstract: OnPolicyAlgorithm.training_intensity")
+
+    def _learn(self) -> None:
+        raise NotImplementedError("abstract: OnPolicyAlgorithm._learn")
+
+    def optimizers(self) -> list:
+        return [self.optimizer]
+
+    def stateful_components(self) -> Dict[str, Any]:
+        return {**super().stateful_components(), "module": self.module, "optimizer": self.optimizer}
+
+    # -- acting --------------------------------------------------------------------
+    @torch.no_grad()
+    def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
+        a, _ = self.module.sample(self._normalize_obs(obs, update=False), deterministic=not explore)
+        return self.module.to_env_action(a)
+
+    # -- one iteration: rollout, targets, update -----------------------------------------
+    def training_step(self) -> None:
+        with self.metrics.log_time(("timers", "rollout")):
+            self._rollout()
+        with self.metrics.log_time(("timers", "learn")):
+            self._learn()
+        self.tracker.log_to(self.metrics)
+        n = self.horizon * self.env.num_envs
+        self.log_env_steps(n)
+        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), n,
+                               reduce="lifetime_sum")
+        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), n, reduce="sum")
+        self.metrics.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, n, reduce="lifetime_sum")
+        self.metrics.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), self.training_intensity(), window=1)
+
+    @torch.no_grad()
+    def _rollout(self) -> None:
+        """T batched steps. Observation statistics stay frozen during the
+        rollout (stored normalised obs are exactly what the policy saw) and
+        absorb the whole rollout once at the end; episode accounting is also
+        one batched update per rollout."""
+        env, st, module, cfg = self.env, self.storage, self.module, self.config
+        for t in range(self.horizon):
+            if cfg.normalize_obs:
+                st["raw_obs"][t].copy_(self.obs.reshape(self.obs.shape[0], -1))
+            obs_n = self._normalize_obs(self.obs, update=False)
+            action, logp = module.sample(obs_n)
+            step = env.step(module.to_env_action(action))
+            if step.valid is not None:
+                self.any_invalid = True
+                st["valid"][t].copy_(step.valid)
+            else:
+                st["valid"][t].fill_(True)
+            st.insert(t, obs=obs_n, final_obs=self._normalize_obs(step.final_obs, update=False),
+                      actions=action, logp=logp, rewards=step.reward, terminated=step.terminated,
+                      done=step.terminated | step.truncated)
+            self.obs = step.obs
+        valid = st["valid"] if self.any_invalid else None
+        self.tracker.update_batch(st["rewards"], st["done"], valid)
+        if cfg.normalize_obs:
+            module.obs_norm.update(st["raw_obs"], mask=valid)
+
+    def _targets(self):
+        """Values of observations and of ``final_obs`` in one batched critic
+        pass, GAE with time-out bootstrapping, value-normaliser update.
+        Returns flat ``(advantages, value_targets, old_values, weights)`` with
+        value quantities in the critic's (normalised) units and weights None
+        when every transition is valid."""
+        cfg, st, module = self.config, self.storage, self.module
+        T, N = self.horizon, self.env.num_envs
+        B = T * N
+        valid = st["valid"] if self.any_invalid else None
+        with torch.no_grad():
+            both = torch.cat([st.flat("obs"), st.flat("final_obs")])
+            v_n = module.value(both).view(2, T, N)
+            vnorm = module.value_norm
+            values = vnorm.denormalize(v_n[0]) if cfg.normalize_values else v_n[0]
+            next_values = vnorm.denormalize(v_n[1]) if cfg.normalize_values else v_n[1]
+            adv, ret = compute_gae(st["rewards"], values, next_values, st["terminated"], st["done"],
+                                   cfg.gamma, cfg.lambda_, valid)
+            if cfg.normalize_values:
+                vnorm.update(ret, mask=valid)
+                targets = vnorm.normalize(ret).reshape(B)
+                old_v = vnorm.normalize(values).reshape(B)
+            else:
+                targets, old_v = ret.reshape(B), values.reshape(B)
+        w = valid.reshape(B).float() if valid is not None else None
+        return adv.reshape(B), targets, old_v, w
+
