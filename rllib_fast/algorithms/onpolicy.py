@@ -25,6 +25,19 @@ def masked_mean(x: torch.Tensor, w: torch.Tensor | None, denom: torch.Tensor | N
     return x.mean() if w is None else (x * w).sum() / denom
 
 
+def standardize(a: torch.Tensor, w: torch.Tensor | None, reduce=None) -> torch.Tensor:
+    """Standardise advantages with (optionally masked) statistics; ``reduce``
+    sums the moments over data-parallel learners so all use the global ones."""
+    w = torch.ones_like(a) if w is None else w
+    m = torch.stack([w.sum(), (a * w).sum(), (a * a * w).sum()])
+    if reduce is not None:
+        reduce(m)
+    n = m[0].clamp_min(1.0)
+    mean = m[1] / n
+    std = (m[2] / n - mean ** 2).clamp_min(0.0).sqrt()
+    return (a - mean) / (std + 1e-8)
+
+
 class OnPolicyConfig(FastConfig):
     """Keys shared by the batched on-policy algorithms."""
 
@@ -78,6 +91,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             **({"raw_obs": (obs_shape, torch.float32)} if cfg.normalize_obs else {}),
         }, self.device)
         self.any_invalid = False  # flips to True the first time a source reports valid=False masks
+        self.dist = None  # DistributedContext when this is one of several data-parallel learners
         self._decorrelate()
 
     def _normalize_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
@@ -85,7 +99,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         if not self.config.normalize_obs:
             return obs
         if update:
-            self.module.obs_norm.update(obs)
+            self.module.obs_norm.update(obs, reduce=self._reduce)
         return self.module.obs_norm.normalize(obs)
 
     @torch.no_grad()
@@ -110,6 +124,20 @@ class OnPolicyAlgorithm(FastAlgorithm):
             self.obs = self.env.step(torch.where(use_random, random_a, self.module.to_env_action(policy_a))).obs
         self.log_env_steps(k_max * n)
         self.tracker.skip_current_episodes()
+
+    @property
+    def _reduce(self):
+        """In-place sum over data-parallel learners, or None for one learner."""
+        return None if self.dist is None else self.dist.sum_
+
+    def _apply_gradients(self) -> None:
+        """Average gradients over learners, clip, step: the part of every
+        update that must be identical on all learners."""
+        if self.dist is not None:
+            self.dist.average_gradients(self.params)
+        if self.config.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.params, self.config.grad_clip, foreach=True)
+        self.optimizer.step()
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         raise NotImplementedError("abstract: OnPolicyAlgorithm.make_optimizer")
@@ -173,7 +201,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         valid = st["valid"] if self.any_invalid else None
         self.tracker.update_batch(st["rewards"], st["done"], valid)
         if cfg.normalize_obs:
-            module.obs_norm.update(st["raw_obs"], mask=valid)
+            module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self._reduce)
 
     def _targets(self):
         """Values of observations and of ``final_obs`` in one batched critic
@@ -194,7 +222,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             adv, ret = compute_gae(st["rewards"], values, next_values, st["terminated"], st["done"],
                                    cfg.gamma, cfg.lambda_, valid)
             if cfg.normalize_values:
-                vnorm.update(ret, mask=valid)
+                vnorm.update(ret, mask=valid, reduce=self._reduce)
                 targets = vnorm.normalize(ret).reshape(B)
                 old_v = vnorm.normalize(values).reshape(B)
             else:

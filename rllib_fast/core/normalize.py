@@ -22,19 +22,29 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+    def update(self, x: torch.Tensor, mask: torch.Tensor | None = None, reduce=None) -> None:
         """Merge batch ``x`` (leading dims are batch dims) into the statistics.
-        ``mask`` (bool, batch-shaped) excludes rows, e.g. invalid transitions."""
+
+        ``mask`` (bool, batch-shaped) excludes rows, e.g. invalid transitions.
+        ``reduce`` (in-place sum over data-parallel learners) makes every
+        learner merge the same global batch moments, so their statistics stay
+        identical."""
         x = x.reshape(-1, *self.mean.shape).to(torch.float64)
         if mask is None:
             w = torch.ones(x.shape[0], dtype=torch.float64, device=x.device)
         else:
             w = mask.reshape(-1).to(torch.float64)
         wv = w.view(-1, *([1] * self.mean.dim()))
-        n = w.sum().clamp_min(1e-8)
-        batch_mean = (x * wv).sum(0) / n
-        batch_var = ((x - batch_mean) ** 2 * wv).sum(0) / n
-        delta = batch_mean - self.mean
+        # shifted moments (around the current mean) keep float64 sums well conditioned
+        d = x - self.mean
+        sums = torch.cat([w.sum().reshape(1), (d * wv).sum(0).reshape(-1), (d * d * wv).sum(0).reshape(-1)])
+        if reduce is not None:
+            reduce(sums)
+        k = self.mean.numel()
+        n = sums[0].clamp_min(1e-8)
+        mean_d = (sums[1:1 + k] / n).view_as(self.mean)
+        batch_var = (sums[1 + k:] / n).view_as(self.mean) - mean_d ** 2
+        delta = mean_d  # batch mean minus current mean
         total = self.count + n
         self.mean.add_(delta * n / total)
         m2 = self.var * self.count + batch_var * n + delta ** 2 * self.count * n / total

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
-from ..onpolicy import OnPolicyAlgorithm, masked_mean
+from ..onpolicy import OnPolicyAlgorithm, masked_mean, standardize
 from .config import FastA2CConfig
 
 POLICY = "default_policy"
@@ -40,8 +40,7 @@ class FastA2C(OnPolicyAlgorithm):
         adv, targets, _, w = self._targets()
         denom = w.sum().clamp_min(1.0) if w is not None else None
         if cfg.normalize_advantages:
-            mean = masked_mean(adv, w, denom)
-            adv = (adv - mean) / (masked_mean((adv - mean) ** 2, w, denom).sqrt() + 1e-8)
+            adv = standardize(adv, w, self._reduce)
         obs = st.flat("obs")
         logp, entropy = module.evaluate_actions(obs, st.flat("actions"))
         pg_loss = -masked_mean(logp * adv, w, denom)
@@ -50,9 +49,7 @@ class FastA2C(OnPolicyAlgorithm):
         loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * ent
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip, foreach=True)
-        self.optimizer.step()
+        self._apply_gradients()
         for key, value in (("policy_loss", pg_loss), ("vf_loss", vf_loss), ("entropy", ent)):
             self.metrics.log_value((LEARNER_RESULTS, POLICY, key), value.detach(), window=1)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "curr_lr"), self.optimizer.param_groups[0]["lr"],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
-from ..onpolicy import OnPolicyAlgorithm, masked_mean
+from ..onpolicy import OnPolicyAlgorithm, masked_mean, standardize
 from .config import FastPPOConfig
 
 POLICY = "default_policy"
@@ -50,9 +50,7 @@ class FastPPO(OnPolicyAlgorithm):
                 ratio = log_ratio.exp()
                 a = adv[idx]
                 if cfg.normalize_advantages:
-                    mean = masked_mean(a, wi, denom)
-                    std = masked_mean((a - mean) ** 2, wi, denom).sqrt()
-                    a = (a - mean) / (std + 1e-8)
+                    a = standardize(a, wi, self._reduce)
                 surr = torch.min(ratio * a, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * a)
                 pg_loss = -masked_mean(surr, wi, denom)
                 v = module.value(obs[idx])
@@ -65,9 +63,7 @@ class FastPPO(OnPolicyAlgorithm):
                 loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * ent
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                if cfg.grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip, foreach=True)
-                self.optimizer.step()
+                self._apply_gradients()
                 with torch.no_grad():
                     kl = masked_mean((ratio - 1) - log_ratio, wi, denom)
                     clipfrac = masked_mean(((ratio - 1).abs() > cfg.clip_param).float(), wi, denom)
@@ -75,6 +71,8 @@ class FastPPO(OnPolicyAlgorithm):
                                           torch.ones((), device=self.device)])
                     epoch_kl += kl
             if cfg.adaptive_lr_kl_target is not None:
+                if self.dist is not None:
+                    self.dist.mean_(epoch_kl)  # every learner adapts lr from the same KL
                 self._adapt_lr(float(epoch_kl) / cfg.num_minibatches)
         count = stats[5]
         for i, key in enumerate(("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "clip_fraction")):

@@ -1,0 +1,1029 @@
+"""CPU simulators in worker processes behind the tensor vector-env contract.
+
+Stooke & Abbeel, "Accelerated Methods for Deep RL" (2018), §4.1: several
+simulator *processes*, each stepping several simulator instances in sequence;
+one batched inference per step in the main process; communication through
+system shared-memory arrays; optionally two **alternating groups** of
+processes with independent barriers, so inference for one group overlaps the
+simulation of the other.
+
+Classes and helpers:
+
+* :class:`ParallelVecEnv` ``(make_env_fn, num_envs, num_workers, device, seed,
+  affinity)`` -- a :class:`~rllib_fast.envs.base.TensorVecEnv` whose ``num_envs``
+  envs live in ``num_workers`` processes, ``num_envs // num_workers`` per
+  process, each process holding one single-process CPU source
+  ``make_env_fn(num_envs_per_worker, worker_seed(seed, w))`` (e.g. a
+  :class:`~rllib_fast.envs.minatar.MinAtarVecEnv`). Usual form:
+  ``ParallelVecEnv.from_name("minatar:breakout", num_envs=16, num_workers=2, seed=0)``.
+* :class:`AlternatingVecEnv` -- the same with ``num_groups=2``: envs ``[0, N/2)``
+  are group A, ``[N/2, N)`` group B, each group served by its own workers and
+  synchronised independently (``step_async_group`` / ``wait_group``).
+* :func:`alternating_steps` / :func:`alternating_rollout` -- the driver loop
+  that alternates inference and simulation between the groups.
+* :class:`SerialVecEnv` -- the in-process reference: the same partition and the
+  same per-worker seeds, stepped one source after the other. For the same
+  seeds and actions it returns exactly the transitions of the parallel envs
+  (tested); use it to debug a parallel run without processes.
+* :func:`worker_seed` -- the seed of worker ``w``'s source.
+
+How the sync step works (one round trip per step): the main process writes the
+actions into a shared-memory array, sets each worker's command word and
+releases its *command* semaphore; each worker steps its source, writes obs,
+reward, flags, final_obs and extras into its rows of the shared arrays and
+releases its *done* semaphore; the main process acquires the done semaphores of
+all workers of the group (that set is the group's barrier) and **copies** the
+rows out, so a returned ``Step`` never aliases a buffer the next step
+overwrites. ``final_obs`` is transferred only for workers whose source returned
+a ``final_obs`` that is not its ``obs`` tensor (MinAtar / Atari return the
+same tensor when no env ended); when no worker of the call did, ``final_obs``
+*is* the returned ``obs`` tensor, as in the sources themselves.
+
+Alternating groups, and how an algorithm uses them::
+
+    env = AlternatingVecEnv.from_name("minatar:breakout", num_envs=32, num_workers=2, seed=0)
+    obs = None
+    for it in range(iters):
+        with torch.no_grad():
+            groups = alternating_rollout(env, policy_fn, num_steps=T, obs=obs)
+        obs = [g.next_obs for g in groups]          # continue from here next time
+        batch = concat_groups(groups)               # [T, N, ...] in env order
+        learner.update(batch)                       # both groups idle: the
+                                                    # "optimisation pause"
+
+``policy_fn(obs_g, g)`` returns the actions of group ``g`` (``[n_g, ...]``), or
+``(actions, dict_of_tensors)`` to keep per-step policy outputs (log-probs,
+values) next to the transitions (``GroupRollout.policy_extras``). Inside a
+rollout the loop is ``wait(A) -> act(A) -> send(A) -> wait(B) -> act(B) ->
+send(B) -> ...``: while the main process runs inference for A, group B's
+workers simulate, and vice versa; the policy parameters only change between
+rollouts, so both groups act with the same parameters (on-policy data stays
+on-policy). Off-policy learners that insert every step can iterate
+:func:`alternating_steps` instead, which yields ``(g, obs, actions, step,
+policy_extras)`` per group step. Each call ends with both groups idle, so the
+learner's update never competes with the simulators for the cores.
+
+The win, in step-time terms, with ``sim`` = one worker stepping its envs and
+``inf(n)`` = inference on a batch of ``n``: serial = ``sim(N) + inf(N)``;
+sync parallel with ``W`` workers = ``sim(N/W) + inf(N)`` + IPC; alternating
+(two groups) ~ ``max(sim(N/2W) + inf(N/2), 2 inf(N/2))`` + IPC, i.e. the
+quicker of simulation and inference is hidden. On a machine with few cores
+the minimum useful layout is 2 groups x 1 process per simulator core (one
+process of each group per core, paper: "at least 2 simulators per core");
+``affinity="auto"`` pins worker ``j`` of every group to core ``j``.
+
+Decisions:
+
+* **Processes** are started with the ``spawn`` context (default; ``forkserver``
+  accepted -- it leaves its server process running, which is why it is not the
+  default). Never ``fork``: torch/OpenMP state does not survive a fork. A worker
+  unpickles ``make_env_fn`` (so it must be picklable: a module-level function,
+  ``functools.partial`` or :class:`NamedEnvFactory`; lambdas are not), sets
+  ``torch.set_num_threads(1)``, ignores SIGINT (the main process owns
+  shutdown) and exits on its own if the main process dies.
+* **Workers always simulate on CPU**; the main process copies each step out of
+  shared memory and moves it to ``device`` (one ``.to(device)`` per field).
+* **Partition**: worker ``w`` owns envs ``[w*n_w, (w+1)*n_w)``, ``n_w =
+  num_envs // num_workers`` (``num_envs`` must be a multiple of ``num_workers``
+  and ``num_workers`` of ``num_groups``); group ``g`` owns the workers
+  ``[g*W/G, (g+1)*W/G)`` and hence a contiguous range of envs.
+* **Seeds**: worker ``w``'s source is built with ``worker_seed(seed, w)``
+  (``SeedSequence(seed).spawn(...)[w]``'s first word; None stays None), and
+  ``reset(seed=s)`` resets it with ``worker_seed(s, w)``; results are therefore
+  reproducible for a given ``(seed, num_workers)`` but differ from one
+  ``N``-env source built with ``seed``. :class:`SerialVecEnv` reproduces them.
+* **Extras**: worker 0 builds a throw-away 1-env source and steps it once to
+  learn the extras' keys, dtypes and shapes (and the obs dtype), so that
+  ``Step.extras`` (e.g. Atari's ``raw_reward``/``real_done``) cross the process
+  boundary too. ``probe=False`` skips that (extras are then dropped and the obs
+  dtype is the observation space's).
+* **valid** is None when every worker's source returned None, else the
+  concatenation (None rows = True).
+* **Failures**: an exception in a worker is sent back with its traceback and
+  raised as :class:`WorkerError` by the call that waits on it; a worker that
+  dies (killed, segfault) is detected within ``poll_s`` and raises
+  :class:`WorkerError` naming it and its exit code. The env is unusable after
+  either (``close()`` still works). ``step_timeout`` (None = wait forever)
+  bounds one wait.
+* **Shutdown**: ``close()`` (also run by ``__del__``/garbage collection and at
+  interpreter exit through ``weakref.finalize``) asks every worker to exit,
+  joins it, terminates/kills stragglers, and unlinks the shared memory.
+* ``get_state``/``set_state`` gather/scatter the sources' states over each
+  worker's pipe (``None`` if any source returns None).
+* **Frame stacking**: keep it out of the workers -- parallelise the raw frames
+  (e.g. ``from_name("atari:Pong", frame_stack=1)``) and wrap the parallel env in
+  :class:`~rllib_fast.envs.frame_stack.FrameStack` in the main process, which
+  moves 4x fewer bytes through shared memory.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+import weakref
+from multiprocessing import shared_memory
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from .base import Step, TensorVecEnv, canonical_device, check_num_envs
+
+__all__ = ["ParallelVecEnv", "AlternatingVecEnv", "SerialVecEnv", "NamedEnvFactory", "WorkerError",
+           "GroupRollout", "alternating_steps", "alternating_rollout", "concat_groups", "worker_seed"]
+
+MakeEnvFn = Callable[[int, Optional[int]], TensorVecEnv]
+
+# command words (shared int32 per worker)
+_STEP, _RESET, _GET_STATE, _SET_STATE, _CLOSE = 1, 2, 3, 4, 5
+_ALIGN = 64
+
+
+class WorkerError(RuntimeError):
+    """A simulator worker raised, died, or the env was used after that."""
+
+
+def worker_seed(seed: Optional[int], worker: int) -> Optional[int]:
+    """Seed of worker ``worker``'s source: the first 32-bit word of the
+    ``worker``-th child of ``SeedSequence(seed)``; None for None."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence(int(seed), spawn_key=(int(worker),)).generate_state(1)[0])
+
+
+class NamedEnvFactory:
+    """Picklable ``make_env_fn`` for a registry name:
+    ``NamedEnvFactory("minatar:breakout", sticky_action_prob=0.0)(n, seed)`` ==
+    ``make("minatar:breakout", num_envs=n, device="cpu", seed=seed, ...)``."""
+
+    def __init__(self, name: str, **task_kwargs: Any):
+        self.name = name
+        self.task_kwargs = dict(task_kwargs)
+
+    def __call__(self, num_envs: int, seed: Optional[int]) -> TensorVecEnv:
+        from .registry import make
+
+        return make(self.name, num_envs=num_envs, device="cpu", seed=seed, **self.task_kwargs)
+
+    def __repr__(self) -> str:
+        kw = "".join(f", {k}={v!r}" for k, v in self.task_kwargs.items())
+        return f"NamedEnvFactory({self.name!r}{kw})"
+
+
+# ---------------------------------------------------------------------------
+# shared-memory layout
+# ---------------------------------------------------------------------------
+class _Layout:
+    """Named numpy arrays at 64-byte aligned offsets of one shared block."""
+
+    def __init__(self) -> None:
+        self.fields: Dict[str, Tuple[int, Tuple[int, ...], str]] = {}
+        self.size = 0
+
+    def add(self, name: str, shape: Sequence[int], dtype: Any) -> None:
+        dt = np.dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        off = -(-self.size // _ALIGN) * _ALIGN
+        self.fields[name] = (off, shape, dt.str)
+        self.size = off + max(1, int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
+
+    def views(self, buf: memoryview) -> Dict[str, np.ndarray]:
+        out = {}
+        for name, (off, shape, dt) in self.fields.items():
+            count = int(np.prod(shape, dtype=np.int64))
+            out[name] = np.frombuffer(buf, dtype=np.dtype(dt), count=count, offset=off).reshape(shape)
+        return out
+
+
+def _np_dtype(t: torch.dtype) -> np.dtype:
+    return torch.empty(0, dtype=t).numpy().dtype
+
+
+def _space_torch_dtype(space: gym.spaces.Box) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, dtype=space.dtype)).dtype
+
+
+# ---------------------------------------------------------------------------
+# worker process
+# ---------------------------------------------------------------------------
+def _probe_spec(make_env_fn: MakeEnvFn) -> Dict[str, Any]:
+    """Obs dtype and extras (key -> (per-env shape, numpy dtype)) of a 1-env source."""
+    env = make_env_fn(1, None)
+    try:
+        obs = env.reset()
+        out = env.step(env.sample_actions())
+        extras = {}
+        for k, v in (out.extras or {}).items():
+            v = torch.as_tensor(v)
+            if v.dim() < 1 or v.shape[0] != 1:
+                raise ValueError(f"extras[{k!r}] must have a leading env dimension, got shape {tuple(v.shape)}")
+            extras[k] = (tuple(v.shape[1:]), _np_dtype(v.dtype).str)
+        return {"obs_dtype": _np_dtype(obs.dtype).str, "extras": extras}
+    finally:
+        env.close()
+
+
+def _write_rows(dst: np.ndarray, src: Any) -> None:
+    if isinstance(src, torch.Tensor):
+        src = src.detach()
+        if src.device.type != "cpu":
+            src = src.cpu()
+        src = src.numpy()
+    np.copyto(dst, src, casting="unsafe")
+
+
+def _parent_alive(ppid: int) -> bool:
+    parent = mp.parent_process()
+    if parent is not None and not parent.is_alive():
+        return False
+    return os.getppid() == ppid
+
+
+def _worker_main(w: int, make_env_fn: MakeEnvFn, n: int, seed: Optional[int], conn: Any,
+                 cmd_sem: Any, done_sem: Any, cpus: Optional[List[int]], probe: bool) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ppid = os.getppid()
+    shm = None
+    v: Dict[str, np.ndarray] = {}
+    ctrl_status = None
+    env = None
+    try:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        torch.set_num_threads(1)
+        env = make_env_fn(n, seed)
+        if int(env.num_envs) != n:
+            raise ValueError(f"make_env_fn({n}, seed) returned an env with num_envs={env.num_envs}")
+        if canonical_device(env.device).type != "cpu":
+            raise ValueError(f"make_env_fn must return a CPU env, got device {env.device}")
+        info = {"obs_space": env.single_observation_space, "act_space": env.single_action_space,
+                "max_episode_steps": getattr(env, "max_episode_steps", None), "pid": os.getpid(),
+                "spec": _probe_spec(make_env_fn) if probe else None}
+        conn.send(("ready", info))
+        msg = conn.recv()
+        if msg[0] != "attach":
+            return
+        _, shm_name, layout, lo, hi, extra_keys = msg
+        shm = shared_memory.SharedMemory(name=shm_name)
+        v = layout.views(shm.buf)
+        ctrl_status = v["status"]
+        conn.send(("attached", None))
+        rows = slice(lo, hi)
+        actions_v, obs_v, final_v = v["actions"][rows], v["obs"][rows], v["final"][rows]
+        rew_v, term_v, trunc_v, valid_v = v["reward"][rows], v["terminated"][rows], v["truncated"][rows], v["valid"][rows]
+        ext_v = {k: v["x_" + k][rows] for k in extra_keys}
+        cmd, seeds, has_seed, has_final, valid_none = (v["cmd"], v["seed"], v["has_seed"], v["has_final"],
+                                                       v["valid_none"])
+        while True:
+            while not cmd_sem.acquire(timeout=1.0):
+                if not _parent_alive(ppid):
+                    return
+            c = int(cmd[w])
+            if c == _STEP:
+                out = env.step(torch.from_numpy(actions_v.copy()))
+                _write_rows(obs_v, out.obs)
+                _write_rows(rew_v, out.reward)
+                _write_rows(term_v, out.terminated)
+                _write_rows(trunc_v, out.truncated)
+                if out.final_obs is out.obs:
+                    has_final[w] = 0
+                else:
+                    _write_rows(final_v, out.final_obs)
+                    has_final[w] = 1
+                if out.valid is None:
+                    valid_none[w] = 1
+                else:
+                    valid_none[w] = 0
+                    _write_rows(valid_v, out.valid)
+                extras = out.extras or {}
+                for k, dst in ext_v.items():
+                    if k not in extras:
+                        raise KeyError(f"step() returned no extras[{k!r}], which the probe step returned "
+                                       f"(keys now: {sorted(extras)})")
+                    _write_rows(dst, extras[k])
+            elif c == _RESET:
+                obs = env.reset(seed=int(seeds[w]) if has_seed[w] else None)
+                _write_rows(obs_v, obs)
+            elif c == _GET_STATE:
+                conn.send(("state", env.get_state()))
+            elif c == _SET_STATE:
+                env.set_state(conn.recv())
+            elif c == _CLOSE:
+                return
+            else:
+                raise RuntimeError(f"unknown command {c}")
+            done_sem.release()
+    except BaseException as e:  # noqa: BLE001 - everything goes back to the main process
+        tb = traceback.format_exc()
+        try:
+            if ctrl_status is not None:
+                ctrl_status[w] = 1
+            conn.send(("error", f"{type(e).__name__}: {e}\n{tb}"))
+        except Exception:
+            pass
+        done_sem.release()
+        os._exit(1)
+    finally:
+        try:
+            if env is not None:
+                env.close()
+        except Exception:
+            pass
+        del v
+        actions_v = obs_v = final_v = rew_v = term_v = trunc_v = valid_v = ext_v = None  # noqa: F841
+        cmd = seeds = has_seed = has_final = valid_none = ctrl_status = None  # noqa: F841
+        if shm is not None:
+            try:
+                shm.close()
+            except BufferError:
+                pass
+
+
+# ---------------------------------------------------------------------------
+# resources (owned by a weakref.finalize, so GC and interpreter exit clean up)
+# ---------------------------------------------------------------------------
+class _Resources:
+    def __init__(self) -> None:
+        self.procs: List[Any] = []
+        self.conns: List[Any] = []
+        self.cmd_sems: List[Any] = []
+        self.done_sems: List[Any] = []
+        self.shm: Optional[shared_memory.SharedMemory] = None
+        self.views: Dict[str, np.ndarray] = {}
+
+    def shutdown(self) -> None:
+        cmd = self.views.get("cmd")
+        for w, p in enumerate(self.procs):
+            if p.is_alive() and cmd is not None:
+                try:
+                    cmd[w] = _CLOSE
+                    self.cmd_sems[w].release()
+                except Exception:
+                    pass
+            elif p.is_alive():  # still in the handshake
+                try:
+                    self.conns[w].send(("close",))
+                except Exception:
+                    pass
+        deadline = time.monotonic() + 3.0
+        for p in self.procs:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=1.0)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=1.0)
+        for c in self.conns:
+            try:
+                c.close()
+            except Exception:
+                pass
+        for p in self.procs:
+            try:
+                p.close()
+            except Exception:
+                pass
+        self.procs = []
+        self.views = {}
+        cmd = None
+        if self.shm is not None:
+            try:
+                self.shm.close()
+            except BufferError:  # a view is still referenced somewhere; the unlink below still frees it
+                pass
+            try:
+                self.shm.unlink()
+            except FileNotFoundError:
+                pass
+            self.shm = None
+
+
+# ---------------------------------------------------------------------------
+# the env
+# ---------------------------------------------------------------------------
+def _resolve_affinity(affinity: Any, num_workers: int, num_groups: int) -> List[Optional[List[int]]]:
+    if affinity is None:
+        return [None] * num_workers
+    if isinstance(affinity, str):
+        if affinity != "auto":
+            raise ValueError(f"affinity must be None, 'auto' or a per-worker list, got {affinity!r}")
+        if not hasattr(os, "sched_setaffinity"):
+            return [None] * num_workers
+        cpus = sorted(os.sched_getaffinity(0))
+        per_group = num_workers // num_groups
+        return [[cpus[(w % per_group) % len(cpus)]] for w in range(num_workers)]
+    affinity = list(affinity)
+    if len(affinity) != num_workers:
+        raise ValueError(f"affinity lists {len(affinity)} entries for {num_workers} workers")
+    out: List[Optional[List[int]]] = []
+    for a in affinity:
+        if a is None:
+            out.append(None)
+        elif isinstance(a, (int, np.integer)):
+            out.append([int(a)])
+        else:
+            out.append([int(x) for x in a])
+    return out
+
+
+class ParallelVecEnv(TensorVecEnv):
+    """``num_envs`` CPU envs simulated in ``num_workers`` processes (see the
+    module docstring for the protocol and the decisions).
+
+    Args:
+        make_env_fn: picklable ``(num_envs_per_worker, seed) -> TensorVecEnv`` on CPU.
+        num_envs: total number of envs ``N`` (a multiple of ``num_workers``).
+        num_workers: simulator processes.
+        device: device of every returned tensor.
+        seed: base seed; worker ``w``'s source gets ``worker_seed(seed, w)``.
+        affinity: None (no pinning), ``"auto"`` (worker ``j`` of each group on
+            core ``j`` of this process's allowed cores, modulo their count) or
+            one core / list of cores per worker (``os.sched_setaffinity``). The
+            main process is never pinned.
+        num_groups: groups with independent barriers (1 = plain sync sampler;
+            see :class:`AlternatingVecEnv`).
+        context: ``"spawn"`` or ``"forkserver"``.
+        probe: learn the extras/obs dtype from a throw-away 1-env source.
+        step_timeout: seconds one wait may take before ``TimeoutError`` (None = no limit).
+        poll_s: how often a wait checks that the workers are alive.
+        start_timeout: seconds to wait for the workers to build their sources.
+
+    Group API: ``num_groups``, ``group_slices`` (env range of each group),
+    ``group_num_envs``, ``step_async_group(g, actions)``, ``wait_group(g) -> Step``
+    (the group's rows only). ``step_async(actions)`` / ``step_wait()`` do the same
+    for all envs; ``step`` = both.
+    """
+
+    def __init__(self, make_env_fn: MakeEnvFn, num_envs: int, num_workers: int, device: Any = "cpu",
+                 seed: Optional[int] = None, affinity: Any = None, *, num_groups: int = 1,
+                 context: str = "spawn", probe: bool = True, step_timeout: Optional[float] = None,
+                 poll_s: float = 0.25, start_timeout: float = 300.0):
+        self._res = res = _Resources()
+        self._finalizer = weakref.finalize(self, res.shutdown)
+        self._broken: Optional[str] = None
+        self.num_envs = n = check_num_envs(num_envs)
+        self.num_workers = W = int(num_workers)
+        self.num_groups = G = int(num_groups)
+        if W < 1 or G < 1:
+            raise ValueError(f"num_workers and num_groups must be >= 1, got {num_workers}, {num_groups}")
+        if W % G:
+            raise ValueError(f"num_workers ({W}) must be a multiple of num_groups ({G})")
+        if n % W:
+            raise ValueError(f"num_envs ({n}) must be a multiple of num_workers ({W})")
+        if context not in ("spawn", "forkserver"):
+            raise ValueError(f"context must be 'spawn' or 'forkserver', got {context!r}")
+        self.device = canonical_device(device)
+        self.envs_per_worker = nw = n // W
+        self.workers_per_group = wg = W // G
+        self.seed = seed
+        self.step_timeout = step_timeout
+        self.poll_s = float(poll_s)
+        self.make_env_fn = make_env_fn
+        self.group_num_envs = n // G
+        self.group_slices = [slice(g * wg * nw, (g + 1) * wg * nw) for g in range(G)]
+        self.group_workers = [list(range(g * wg, (g + 1) * wg)) for g in range(G)]
+        self.worker_slices = [slice(w * nw, (w + 1) * nw) for w in range(W)]
+        self.affinity = _resolve_affinity(affinity, W, G)
+        self._pending = [False] * G
+        self._split_async = False
+
+        ctx = mp.get_context(context)
+        for w in range(W):
+            parent_conn, child_conn = ctx.Pipe(duplex=True)
+            cmd_sem, done_sem = ctx.Semaphore(0), ctx.Semaphore(0)
+            p = ctx.Process(target=_worker_main, name=f"rllib_fast-sim-{w}", daemon=True,
+                            args=(w, make_env_fn, nw, worker_seed(seed, w), child_conn, cmd_sem, done_sem,
+                                  self.affinity[w], bool(probe) and w == 0))
+            res.procs.append(p)
+            res.conns.append(parent_conn)
+            res.cmd_sems.append(cmd_sem)
+            res.done_sems.append(done_sem)
+        try:
+            for p in res.procs:
+                p.start()
+            infos = [self._recv(w, "ready", start_timeout) for w in range(W)]
+            self._setup(infos)
+            for w in range(W):
+                self._recv(w, "attached", start_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def from_name(cls, name: str, num_envs: int, num_workers: int, device: Any = "cpu",
+                  seed: Optional[int] = None, affinity: Any = None, *, env_kwargs: Optional[Dict[str, Any]] = None,
+                  **kwargs: Any) -> "ParallelVecEnv":
+        """``cls(NamedEnvFactory(name, **env_kwargs), ...)``; other kwargs go to the
+        constructor (``num_groups``, ``context``, ...). Keyword arguments that the
+        constructor does not know are taken as task kwargs too."""
+        import inspect
+
+        own = set(inspect.signature(ParallelVecEnv.__init__).parameters)
+        task = dict(env_kwargs or {})
+        task.update({k: kwargs.pop(k) for k in list(kwargs) if k not in own})
+        return cls(NamedEnvFactory(name, **task), num_envs, num_workers, device=device, seed=seed,
+                   affinity=affinity, **kwargs)
+
+    # -- setup ------------------------------------------------------------------
+    def _recv(self, w: int, kind: str, timeout: Optional[float]) -> Any:
+        conn, p = self._res.conns[w], self._res.procs[w]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not conn.poll(self.poll_s):
+            if not p.is_alive():
+                if conn.poll(0):
+                    break
+                raise self._fail(f"simulator worker {w} (pid {p.pid}) died with exit code {p.exitcode} "
+                                 f"before sending {kind!r}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise self._fail(f"simulator worker {w} sent no {kind!r} within {timeout} s",
+                                 exc=TimeoutError)
+        try:
+            msg = conn.recv()
+        except EOFError:
+            raise self._fail(f"simulator worker {w} (pid {p.pid}) closed its pipe (exit code {p.exitcode})")
+        if msg[0] == "error":
+            raise self._fail(f"simulator worker {w} (pid {p.pid}) raised:\n{msg[1]}")
+        if msg[0] != kind:
+            raise self._fail(f"simulator worker {w}: expected {kind!r}, got {msg[0]!r}")
+        return msg[1]
+
+    def _setup(self, infos: List[Dict[str, Any]]) -> None:
+        i0 = infos[0]
+        for w, i in enumerate(infos[1:], 1):
+            if (i["obs_space"] != i0["obs_space"] or i["act_space"] != i0["act_space"]):
+                raise self._fail(f"worker {w}'s source has spaces {i['obs_space']}, {i['act_space']}; "
+                                 f"worker 0's: {i0['obs_space']}, {i0['act_space']}")
+        self.worker_pids = [i["pid"] for i in infos]
+        self.single_observation_space = obs_space = i0["obs_space"]
+        self.single_action_space = act_space = i0["act_space"]
+        if not isinstance(obs_space, gym.spaces.Box):
+            raise self._fail(f"ParallelVecEnv needs a Box observation space, got {obs_space!r}")
+        self.max_episode_steps = i0["max_episode_steps"]
+        spec = i0["spec"]
+        obs_dtype = np.dtype(spec["obs_dtype"]) if spec else np.dtype(obs_space.dtype)
+        extras = spec["extras"] if spec else {}
+        n, W = self.num_envs, self.num_workers
+        shape = tuple(obs_space.shape)
+        lay = _Layout()
+        if isinstance(act_space, gym.spaces.Discrete):
+            lay.add("actions", (n,), np.int64)
+        else:
+            lay.add("actions", (n, *act_space.shape), np.float32)
+        lay.add("obs", (n, *shape), obs_dtype)
+        lay.add("final", (n, *shape), obs_dtype)
+        lay.add("reward", (n,), np.float32)
+        for f in ("terminated", "truncated", "valid"):
+            lay.add(f, (n,), np.bool_)
+        for k, (s, dt) in extras.items():
+            lay.add("x_" + k, (n, *s), dt)
+        lay.add("cmd", (W,), np.int32)
+        lay.add("seed", (W,), np.int64)
+        for f in ("has_seed", "has_final", "valid_none", "status"):
+            lay.add(f, (W,), np.int8)
+        res = self._res
+        res.shm = shared_memory.SharedMemory(create=True, size=lay.size)
+        res.views = self._v = lay.views(res.shm.buf)
+        self._v["valid"][:] = True
+        self._extra_keys = list(extras)
+        for w in range(W):
+            sl = self.worker_slices[w]
+            res.conns[w].send(("attach", res.shm.name, lay, sl.start, sl.stop, self._extra_keys))
+
+    # -- low level ----------------------------------------------------------------
+    def _fail(self, msg: str, exc: type = WorkerError) -> BaseException:
+        """Mark the env broken and return the exception to raise."""
+        if self._broken is None:
+            self._broken = msg
+        return exc(msg)
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise WorkerError(f"ParallelVecEnv is unusable after an earlier failure: {self._broken}")
+        if not self._res.procs:
+            raise WorkerError("ParallelVecEnv is closed")
+
+    def _send(self, workers: Sequence[int], cmd: int) -> None:
+        c, sems = self._v["cmd"], self._res.cmd_sems
+        for w in workers:
+            c[w] = cmd
+        for w in workers:
+            sems[w].release()
+
+    def _wait(self, workers: Sequence[int]) -> None:
+        res, status = self._res, self._v["status"]
+        poll = self.poll_s
+        for w in workers:
+            sem = res.done_sems[w]
+            if not sem.acquire(timeout=poll):
+                deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout - poll
+                while not sem.acquire(timeout=poll):
+                    p = res.procs[w]
+                    if not p.is_alive():
+                        if sem.acquire(block=False):
+                            break
+                        raise self._fail(f"simulator worker {w} (pid {p.pid}, envs "
+                                         f"[{self.worker_slices[w].start}:{self.worker_slices[w].stop}]) "
+                                         f"died with exit code {p.exitcode}")
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise self._fail(f"simulator worker {w} did not answer within "
+                                         f"{self.step_timeout} s", exc=TimeoutError)
+            if status[w]:
+                msg = "(no message)"
+                conn = res.conns[w]
+                try:
+                    if conn.poll(5.0):
+                        m = conn.recv()
+                        msg = m[1] if m[0] == "error" else repr(m)
+                except (EOFError, OSError):
+                    pass
+                raise self._fail(f"simulator worker {w} (pid {res.procs[w].pid}) raised:\n{msg}")
+
+    def _out(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self.device.type == "cpu" else t.to(self.device)
+
+    def _collect(self, lo: int, hi: int, workers: Sequence[int]) -> Step:
+        """Copy rows ``[lo, hi)`` (those of ``workers``) out of shared memory."""
+        v = self._v
+        out = self._out
+        obs = out(torch.from_numpy(v["obs"][lo:hi].copy()))
+        reward = out(torch.from_numpy(v["reward"][lo:hi].copy()))
+        term = out(torch.from_numpy(v["terminated"][lo:hi].copy()))
+        trunc = out(torch.from_numpy(v["truncated"][lo:hi].copy()))
+        has_final, valid_none = v["has_final"], v["valid_none"]
+        with_final = [w for w in workers if has_final[w]]
+        if with_final:
+            final_np = v["obs"][lo:hi].copy()
+            for w in with_final:
+                sl = self.worker_slices[w]
+                final_np[sl.start - lo:sl.stop - lo] = v["final"][sl]
+            final = out(torch.from_numpy(final_np))
+        else:
+            final = obs
+        valid = None
+        if not all(valid_none[w] for w in workers):
+            valid = out(torch.from_numpy(v["valid"][lo:hi].copy()))
+        extras = {k: out(torch.from_numpy(v["x_" + k][lo:hi].copy())) for k in self._extra_keys}
+        return Step(obs=obs, reward=reward, terminated=term, truncated=trunc, final_obs=final,
+                    valid=valid, extras=extras)
+
+    def _write_actions(self, lo: int, hi: int, actions: Any) -> None:
+        dst = self._v["actions"][lo:hi]
+        if isinstance(actions, torch.Tensor):
+            a = actions.detach()
+            if a.device.type != "cpu":
+                a = a.cpu()
+            a = a.numpy()
+        else:
+            a = np.asarray(actions)
+        if a.size != dst.size:
+            raise ValueError(f"expected {dst.shape[0]} actions (shape {tuple(dst.shape)}), got shape {a.shape}")
+        np.copyto(dst, a.reshape(dst.shape), casting="unsafe")
+        if dst.dtype == np.int64:
+            nA = self.single_action_space.n
+            start = int(self.single_action_space.start)
+            if dst.size and (dst.min() < start or dst.max() >= start + nA):
+                raise ValueError(f"actions out of range [{start}, {start + nA}): "
+                                 f"min {dst.min()}, max {dst.max()}")
+
+    # -- group API ------------------------------------------------------------------
+    def step_async_group(self, g: int, actions: Any) -> None:
+        """Write group ``g``'s actions (``[group_num_envs, ...]``) and start its workers."""
+        self._check_usable()
+        if self._pending[g]:
+            raise RuntimeError(f"group {g} already has a step in flight; call wait_group({g}) first")
+        sl = self.group_slices[g]
+        self._write_actions(sl.start, sl.stop, actions)
+        self._send(self.group_workers[g], _STEP)
+        self._pending[g] = True
+
+    def wait_group(self, g: int) -> Step:
+        """Wait for group ``g``'s workers (only those) and return its rows' Step."""
+        self._check_usable()
+        if not self._pending[g]:
+            raise RuntimeError(f"group {g} has no step in flight; call step_async_group({g}, actions) first")
+        self._pending[g] = False
+        self._wait(self.group_workers[g])
+        sl = self.group_slices[g]
+        return self._collect(sl.start, sl.stop, self.group_workers[g])
+
+    def step_async(self, actions: Any) -> None:
+        """Start a step of all envs (every group)."""
+        self._check_usable()
+        if any(self._pending):
+            raise RuntimeError("a step is already in flight")
+        self._write_actions(0, self.num_envs, actions)
+        self._send(range(self.num_workers), _STEP)
+        self._pending = [True] * self.num_groups
+
+    def step_wait(self) -> Step:
+        self._check_usable()
+        if not all(self._pending):
+            raise RuntimeError("step_wait() needs a step_async() of all envs in flight")
+        self._pending = [False] * self.num_groups
+        self._wait(range(self.num_workers))
+        return self._collect(0, self.num_envs, range(self.num_workers))
+
+    # -- contract ---------------------------------------------------------------------
+    def step(self, actions: Any) -> Step:
+        self.step_async(actions)
+        return self.step_wait()
+
+    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+        self._check_usable()
+        if any(self._pending):
+            raise RuntimeError("reset() while a step is in flight; wait for it first")
+        v = self._v
+        for w in range(self.num_workers):
+            s = worker_seed(seed, w)
+            v["has_seed"][w] = s is not None
+            v["seed"][w] = 0 if s is None else s
+        workers = range(self.num_workers)
+        self._send(workers, _RESET)
+        self._wait(workers)
+        return self._out(torch.from_numpy(v["obs"].copy()))
+
+    def get_state(self) -> Optional[Dict[str, Any]]:
+        self._check_usable()
+        workers = range(self.num_workers)
+        self._send(workers, _GET_STATE)
+        states = [self._recv(w, "state", self.step_timeout) for w in workers]
+        self._wait(workers)
+        if any(s is None for s in states):
+            return None
+        return {"workers": states}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        self._check_usable()
+        states = state["workers"]
+        if len(states) != self.num_workers:
+            raise ValueError(f"state holds {len(states)} workers, this env has {self.num_workers}")
+        workers = range(self.num_workers)
+        self._send(workers, _SET_STATE)
+        for w in workers:
+            self._res.conns[w].send(states[w])
+        self._wait(workers)
+
+    def close(self) -> None:
+        """Stop the workers and free the shared memory (idempotent)."""
+        self._v = {}
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __del__(self) -> None:
+        fin = getattr(self, "_finalizer", None)
+        if fin is not None:
+            self._v = {}
+            fin()
+
+    def __enter__(self) -> "ParallelVecEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.make_env_fn!r}, num_envs={self.num_envs}, "
+                f"num_workers={self.num_workers}, num_groups={self.num_groups}, device={self.device})")
+
+
+class AlternatingVecEnv(ParallelVecEnv):
+    """:class:`ParallelVecEnv` with two groups (A = the first half of the envs
+    and of the workers, B = the second) synchronised independently. Drive it
+    with :func:`alternating_rollout` / :func:`alternating_steps`; its ``step()``
+    (all envs at once) is correct but gains nothing over the sync sampler.
+    ``num_workers`` counts all processes (2 = one per group)."""
+
+    def __init__(self, make_env_fn: MakeEnvFn, num_envs: int, num_workers: int = 2, device: Any = "cpu",
+                 seed: Optional[int] = None, affinity: Any = None, *, num_groups: int = 2, **kwargs: Any):
+        super().__init__(make_env_fn, num_envs, num_workers, device=device, seed=seed, affinity=affinity,
+                         num_groups=num_groups, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# serial reference
+# ---------------------------------------------------------------------------
+class SerialVecEnv(TensorVecEnv):
+    """The partition and per-worker seeds of :class:`ParallelVecEnv`, stepped
+    in this process one source after the other. With ``num_groups`` it also
+    offers the group API (``step_async_group`` runs the step immediately), so
+    it can stand in for an :class:`AlternatingVecEnv` in tests."""
+
+    def __init__(self, make_env_fn: MakeEnvFn, num_envs: int, num_workers: int, device: Any = "cpu",
+                 seed: Optional[int] = None, *, num_groups: int = 1):
+        self.num_envs = n = check_num_envs(num_envs)
+        self.num_workers = W = int(num_workers)
+        self.num_groups = G = int(num_groups)
+        if W < 1 or n % W or W % G:
+            raise ValueError(f"need num_envs % num_workers == 0 and num_workers % num_groups == 0, "
+                             f"got {n}, {W}, {G}")
+        self.device = canonical_device(device)
+        nw = n // W
+        self.envs = [make_env_fn(nw, worker_seed(seed, w)) for w in range(W)]
+        e0 = self.envs[0]
+        self.single_observation_space = e0.single_observation_space
+        self.single_action_space = e0.single_action_space
+        self.max_episode_steps = getattr(e0, "max_episode_steps", None)
+        wg = W // G
+        self.group_num_envs = n // G
+        self.group_slices = [slice(g * wg * nw, (g + 1) * wg * nw) for g in range(G)]
+        self.group_workers = [list(range(g * wg, (g + 1) * wg)) for g in range(G)]
+        self._nw = nw
+        self._results: Dict[int, Step] = {}
+
+    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+        return torch.cat([e.reset(seed=worker_seed(seed, w)) for w, e in enumerate(self.envs)]).to(self.device)
+
+    def _step_workers(self, workers: Sequence[int], actions: torch.Tensor) -> Step:
+        actions = torch.as_tensor(actions)
+        nw = self._nw
+        outs = [self.envs[w].step(actions[j * nw:(j + 1) * nw]) for j, w in enumerate(workers)]
+        return _cat_steps(outs, self.device)
+
+    def step(self, actions: Any) -> Step:
+        return self._step_workers(range(self.num_workers), actions)
+
+    def step_async_group(self, g: int, actions: Any) -> None:
+        if g in self._results:
+            raise RuntimeError(f"group {g} already has a step in flight")
+        self._results[g] = self._step_workers(self.group_workers[g], actions)
+
+    def wait_group(self, g: int) -> Step:
+        return self._results.pop(g)
+
+    def get_state(self) -> Optional[Dict[str, Any]]:
+        states = [e.get_state() for e in self.envs]
+        return None if any(s is None for s in states) else {"workers": states}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        for e, s in zip(self.envs, state["workers"]):
+            e.set_state(s)
+
+    def close(self) -> None:
+        for e in self.envs:
+            e.close()
+        self.envs = []
+
+
+def _cat_steps(outs: Sequence[Step], device: torch.device) -> Step:
+    def cat(ts: Sequence[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([t.to(device) for t in ts])
+
+    valid = None
+    if any(o.valid is not None for o in outs):
+        valid = cat([o.valid if o.valid is not None else torch.ones_like(o.terminated) for o in outs])
+    keys = set(outs[0].extras or {})
+    extras = {k: cat([o.extras[k] for o in outs]) for k in keys}
+    return Step(obs=cat([o.obs for o in outs]), reward=cat([o.reward for o in outs]),
+                terminated=cat([o.terminated for o in outs]), truncated=cat([o.truncated for o in outs]),
+                final_obs=cat([o.final_obs for o in outs]), valid=valid, extras=extras)
+
+
+# ---------------------------------------------------------------------------
+# the alternating driver loop
+# ---------------------------------------------------------------------------
+PolicyFn = Callable[[torch.Tensor, int], Union[torch.Tensor, Tuple[torch.Tensor, Dict[str, torch.Tensor]]]]
+
+
+def _split_policy_out(out: Any) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+    if isinstance(out, tuple):
+        actions, extras = out
+        return actions, dict(extras or {})
+    return out, {}
+
+
+def _groups_of(env: TensorVecEnv) -> Tuple[int, List[slice]]:
+    if hasattr(env, "step_async_group"):
+        return int(env.num_groups), list(env.group_slices)
+    return 1, [slice(0, env.num_envs)]
+
+
+def alternating_steps(env: TensorVecEnv, policy_fn: PolicyFn, num_steps: int,
+                      obs: Optional[Sequence[torch.Tensor]] = None
+                      ) -> Iterator[Tuple[int, torch.Tensor, torch.Tensor, Step, Dict[str, torch.Tensor]]]:
+    """Run ``num_steps`` steps of every group, alternating inference and simulation.
+
+    Yields ``(g, obs, actions, step, policy_extras)`` for each group step, in
+    the order ``(t=0, A), (t=0, B), (t=1, A), ...``: ``obs`` is what group ``g``
+    acted on, ``step`` its result (``step.final_obs`` is the next observation,
+    ``step.obs`` the one to act on next). ``obs`` = per-group observations to
+    start from (a previous call's ``step.obs``); None resets the env. When the
+    generator is exhausted both groups are idle. Works on any TensorVecEnv
+    (one group, plain ``step``) so the same algorithm code runs on every sampler.
+
+    Don't abandon the generator half-way on an env with groups: a group may
+    still have a step in flight (call ``wait_group`` for it).
+    """
+    G, slices = _groups_of(env)
+    if obs is None:
+        full = env.reset()
+        obs = [full[sl] for sl in slices]
+    obs = list(obs)
+    if len(obs) != G:
+        raise ValueError(f"obs must hold one tensor per group ({G}), got {len(obs)}")
+    if num_steps <= 0:
+        return
+    if G == 1 and not hasattr(env, "step_async_group"):
+        o = obs[0]
+        for _ in range(num_steps):
+            a, pe = _split_policy_out(policy_fn(o, 0))
+            st = env.step(a)
+            yield 0, o, a, st, pe
+            o = st.obs
+        return
+    acts: List[Any] = [None] * G
+    pex: List[Dict[str, torch.Tensor]] = [{}] * G
+    for g in range(G):  # prime: act and send every group
+        acts[g], pex[g] = _split_policy_out(policy_fn(obs[g], g))
+        env.step_async_group(g, acts[g])
+    for t in range(num_steps):
+        last = t == num_steps - 1
+        for g in range(G):
+            st = env.wait_group(g)
+            o, a, pe = obs[g], acts[g], pex[g]
+            obs[g] = st.obs
+            if not last:  # infer for g while the other groups simulate
+                acts[g], pex[g] = _split_policy_out(policy_fn(st.obs, g))
+                env.step_async_group(g, acts[g])
+            yield g, o, a, st, pe
+
+
+class GroupRollout(NamedTuple):
+    """``num_steps`` transitions of one group, time-major ``[T, n_g, ...]``."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    reward: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    final_obs: torch.Tensor
+    valid: Optional[torch.Tensor]
+    next_obs: torch.Tensor           # [n_g, ...]: obs to act on after the last step
+    extras: Dict[str, torch.Tensor]  # env extras, [T, n_g, ...]
+    policy_extras: Dict[str, torch.Tensor]  # what policy_fn returned next to the actions
+
+
+def alternating_rollout(env: TensorVecEnv, policy_fn: PolicyFn, num_steps: int,
+                        obs: Optional[Sequence[torch.Tensor]] = None) -> List[GroupRollout]:
+    """:func:`alternating_steps` collected into one :class:`GroupRollout` per
+    group (see the module docstring for how an algorithm uses it)."""
+    G, _ = _groups_of(env)
+    cols: List[Dict[str, list]] = [dict(obs=[], actions=[], reward=[], terminated=[], truncated=[],
+                                        final_obs=[], valid=[], extras=[], pex=[]) for _ in range(G)]
+    nxt: List[Optional[torch.Tensor]] = [None] * G if obs is None else list(obs)
+    for g, o, a, st, pe in alternating_steps(env, policy_fn, num_steps, obs):
+        c = cols[g]
+        c["obs"].append(o)
+        c["actions"].append(torch.as_tensor(a))
+        c["reward"].append(st.reward)
+        c["terminated"].append(st.terminated)
+        c["truncated"].append(st.truncated)
+        c["final_obs"].append(st.final_obs)
+        c["valid"].append(st.valid)
+        c["extras"].append(st.extras or {})
+        c["pex"].append(pe)
+        nxt[g] = st.obs
+    out = []
+    for g, c in enumerate(cols):
+        if not c["obs"]:
+            raise ValueError("alternating_rollout needs num_steps >= 1")
+        valid = None
+        if any(v is not None for v in c["valid"]):
+            valid = torch.stack([v if v is not None else torch.ones_like(tm)
+                                 for v, tm in zip(c["valid"], c["terminated"])])
+        extras = {k: torch.stack([e[k] for e in c["extras"]]) for k in c["extras"][0]}
+        pex = {k: torch.stack([e[k] for e in c["pex"]]) for k in c["pex"][0]}
+        out.append(GroupRollout(obs=torch.stack(c["obs"]), actions=torch.stack(c["actions"]),
+                                reward=torch.stack(c["reward"]), terminated=torch.stack(c["terminated"]),
+                                truncated=torch.stack(c["truncated"]), final_obs=torch.stack(c["final_obs"]),
+                                valid=valid, next_obs=nxt[g], extras=extras, policy_extras=pex))
+    return out
+
+
+def concat_groups(groups: Sequence[GroupRollout]) -> GroupRollout:
+    """Join per-group rollouts along the env dimension (dim 1; ``next_obs`` dim 0),
+    giving ``[T, N, ...]`` in the env order of the sampler."""
+    if len(groups) == 1:
+        return groups[0]
+
+    def cat(xs: Sequence[torch.Tensor], dim: int = 1) -> torch.Tensor:
+        return torch.cat(list(xs), dim=dim)
+
+    g0 = groups[0]
+    valid = None
+    if any(g.valid is not None for g in groups):
+        valid = cat([g.valid if g.valid is not None else torch.ones_like(g.terminated) for g in groups])
+    return GroupRollout(obs=cat([g.obs for g in groups]), actions=cat([g.actions for g in groups]),
+                        reward=cat([g.reward for g in groups]), terminated=cat([g.terminated for g in groups]),
+                        truncated=cat([g.truncated for g in groups]), final_obs=cat([g.final_obs for g in groups]),
+                        valid=valid, next_obs=cat([g.next_obs for g in groups], dim=0),
+                        extras={k: cat([g.extras[k] for g in groups]) for k in g0.extras},
+                        policy_extras={k: cat([g.policy_extras[k] for g in groups]) for k in g0.policy_extras})
