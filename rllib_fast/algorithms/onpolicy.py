@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+import ray
 import torch
-from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED,
-                                     NUM_ENV_STEPS_TRAINED_LIFETIME)
+from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MEAN,
+                                     LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED, NUM_ENV_STEPS_TRAINED_LIFETIME)
 
 from ..core.algorithm import FastAlgorithm, FastConfig
 from ..core.nets import ACTIVATIONS
@@ -69,6 +70,7 @@ class OnPolicyConfig(FastConfig):
 
 
 class OnPolicyAlgorithm(FastAlgorithm):
+    SUPPORTS_DATA_PARALLEL = True
     # -- construction ------------------------------------------------------------
     def build(self) -> None:
         cfg, env = self.config, self.env
@@ -163,18 +165,36 @@ class OnPolicyAlgorithm(FastAlgorithm):
 
     # -- one iteration: rollout, targets, update -----------------------------------------
     def training_step(self) -> None:
+        """Rollout and learn; with data-parallel learners the remote ones run
+        the same step concurrently (their collectives pair with ours)."""
+        remote = self._dp_group.start_step() if self._dp_group is not None else []
         with self.metrics.log_time(("timers", "rollout")):
             self._rollout()
         with self.metrics.log_time(("timers", "learn")):
             self._learn()
         self.tracker.log_to(self.metrics)
-        n = self.horizon * self.env.num_envs
+        if remote:
+            self._log_all_learners_episodes(ray.get(remote))
+        n = self.horizon * self.env.num_envs * self.world_size
         self.log_env_steps(n)
         self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), n,
                                reduce="lifetime_sum")
         self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), n, reduce="sum")
         self.metrics.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, n, reduce="lifetime_sum")
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), self.training_intensity(), window=1)
+        self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_learners"), self.world_size, window=1)
+
+    def _log_all_learners_episodes(self, remote_summaries: list) -> None:
+        """Episode means over all learners' windows, weighted by episodes held
+        (one host sync per iteration for the local part)."""
+        local = {k: float(v) for k, v in self.tracker.summary().items()}
+        local["episodes_in_window"] = float(self.tracker.filled)
+        for key in (EPISODE_RETURN_MEAN, EPISODE_LEN_MEAN):
+            parts = [(s[key], s["episodes_in_window"]) for s in [local, *remote_summaries]
+                     if s["episodes_in_window"] > 0]
+            if parts:
+                total = sum(w for _, w in parts)
+                self.metrics.log_value((ENV_RUNNER_RESULTS, key), sum(v * w for v, w in parts) / total, window=1)
 
     @torch.no_grad()
     def _rollout(self) -> None:

@@ -163,6 +163,14 @@ class FastConfig(AlgorithmConfig):
             if msg:
                 self._value_error(f"{name}: {msg}")
         self._validate_env_spec()
+        if self.num_learners > 1:
+            if not getattr(self.algo_class, "SUPPORTS_DATA_PARALLEL", False):
+                self._value_error(f"{name}: `num_learners` = {self.num_learners} is not supported by "
+                                  f"{getattr(self.algo_class, '__name__', self.algo_class)}; allowed: 0 or 1 "
+                                  "(data-parallel learners: FastPPO, FastA2C)")
+            if self.num_envs % self.num_learners:
+                self._value_error(f"{name}: `num_envs` = {self.num_envs} must be divisible by `num_learners` = "
+                                  f"{self.num_learners} (each learner steps num_envs / num_learners envs)")
         if self.evaluation_duration_unit != "episodes" and self.evaluation_interval:
             self._value_error(f"{name}: `evaluation_duration_unit` = {self.evaluation_duration_unit!r} "
                               "is not supported; allowed: 'episodes'")
@@ -207,6 +215,9 @@ def _to_cpu(tree: Any) -> Any:
 class FastAlgorithm(Algorithm):
     """RLlib ``Algorithm`` whose hot path is a tensor vector env on one device."""
 
+    # Whether `num_learners > 1` (synchronous data-parallel learners) is implemented.
+    SUPPORTS_DATA_PARALLEL = False
+
     # -- construction ---------------------------------------------------------
     def setup(self, config: AlgorithmConfig) -> None:  # noqa: D401 - RLlib hook
         # Bookkeeping Algorithm.setup would have done, minus EnvRunnerGroup/LearnerGroup.
@@ -235,13 +246,20 @@ class FastAlgorithm(Algorithm):
         update_global_seed_if_necessary("torch", self.seed)
         torch.manual_seed(self.seed)
         self.device = cfg.resolved_device()
-        self.env = self.make_env(cfg.num_envs, self.seed)
+        self.world_size = max(1, cfg.num_learners)
+        local_envs = cfg.num_envs // self.world_size   # this (driving) learner's share
+        self.env = self.make_env(local_envs, self.seed)
         if cfg.validate_env_on_setup:
             validate_env(self.env)
-        self.tracker = EpisodeTracker(cfg.num_envs, self.device, cfg.metrics_num_episodes_for_smoothing)
+        self.tracker = EpisodeTracker(local_envs, self.device, cfg.metrics_num_episodes_for_smoothing)
         self._eval_env: Optional[TensorVecEnv] = None
         self.obs = self.env.reset(seed=self.seed)
         self.build()
+        self._dp_group = None
+        if self.world_size > 1:
+            from .multi_learner import DataParallelGroup
+
+            self._dp_group = DataParallelGroup(self, self.world_size)
 
     def make_env(self, num_envs: int, seed: int) -> TensorVecEnv:
         """Create the tensor env from ``config.env`` (a name, a Tune-registered
@@ -332,6 +350,7 @@ class FastAlgorithm(Algorithm):
             "metrics_logger": self.metrics.get_state(),
             "training_iteration": self.training_iteration,
             "seed": self.seed,
+            "remote_learners": self._dp_group.get_states() if self._dp_group is not None else None,
         }
 
     def set_state(self, state: Dict[str, Any]) -> None:
@@ -345,6 +364,8 @@ class FastAlgorithm(Algorithm):
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         self.metrics.set_state(state["metrics_logger"])
         self._iteration = state["training_iteration"]
+        if state.get("remote_learners") and self._dp_group is not None:
+            self._dp_group.set_states(state["remote_learners"])
         self.apply_live_hyperparameters()
 
     def get_checkpointable_components(self) -> list:
@@ -377,6 +398,7 @@ class FastAlgorithm(Algorithm):
         self.evaluation_config.freeze()
         if structural:
             logger.info("reset_config: rebuilding for changed %s", structural)
+            self._close_data_parallel()
             self.env.close()
             if self._eval_env is not None:
                 self._eval_env.close()
@@ -393,8 +415,11 @@ class FastAlgorithm(Algorithm):
         cfg = cls.get_default_config()
         cfg = cfg.update_from_dict(config if isinstance(config, dict) else config.to_dict())
         gpus = cfg.num_gpus_per_learner or (1 if str(cfg.env_device).startswith("cuda") else 0)
-        bundle = {"CPU": max(1, cfg.num_cpus_for_main_process), "GPU": gpus}
-        return PlacementGroupFactory(bundles=[bundle], strategy=cfg.placement_strategy)
+        bundles = [{"CPU": max(1, cfg.num_cpus_for_main_process), "GPU": gpus}]
+        if cfg.num_learners > 1:  # learners 1..L-1 are actors in the trial's placement group
+            cpus = cfg.num_cpus_per_learner if isinstance(cfg.num_cpus_per_learner, (int, float)) else 1
+            bundles += [{"CPU": cpus, "GPU": cfg.num_gpus_per_learner or 0}] * (cfg.num_learners - 1)
+        return PlacementGroupFactory(bundles=bundles, strategy=cfg.placement_strategy)
 
     # -- evaluation -------------------------------------------------------------
     @torch.no_grad()
@@ -443,7 +468,16 @@ class FastAlgorithm(Algorithm):
             NUM_EPISODES: int(finished.sum()),
         }}
 
+    def _close_data_parallel(self) -> None:
+        if getattr(self, "_dp_group", None) is not None:
+            self._dp_group.close()
+            self._dp_group = None
+        if getattr(self, "dist", None) is not None:
+            self.dist.close()
+            self.dist = None
+
     def cleanup(self) -> None:
+        self._close_data_parallel()
         for env in (getattr(self, "env", None), getattr(self, "_eval_env", None)):
             if env is not None:
                 env.close()
