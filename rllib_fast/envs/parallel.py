@@ -26,6 +26,8 @@ Classes and helpers:
   seeds and actions it returns exactly the transitions of the parallel envs
   (tested); use it to debug a parallel run without processes.
 * :func:`worker_seed` -- the seed of worker ``w``'s source.
+* :class:`ParallelEnvCreator` -- ``config.environment(ParallelEnvCreator(
+  "minatar:breakout", num_workers=2))`` runs an algorithm's envs in processes.
 
 How the sync step works (one round trip per step): the main process writes the
 actions into a shared-memory array, sets each worker's command word and
@@ -75,7 +77,8 @@ process of each group per core, paper: "at least 2 simulators per core");
 Decisions:
 
 * **Processes** are started with the ``spawn`` context (default; ``forkserver``
-  accepted -- it leaves its server process running, which is why it is not the
+  accepted and much quicker when many envs are created, e.g. in sweeps -- it
+  leaves its server process running until exit, which is why it is not the
   default). Never ``fork``: torch/OpenMP state does not survive a fork. A worker
   unpickles ``make_env_fn`` (so it must be picklable: a module-level function,
   ``functools.partial`` or :class:`NamedEnvFactory`; lambdas are not), sets
@@ -117,7 +120,6 @@ Decisions:
 """
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import os
 import signal
@@ -133,8 +135,10 @@ import torch
 
 from .base import Step, TensorVecEnv, canonical_device, check_num_envs
 
-__all__ = ["ParallelVecEnv", "AlternatingVecEnv", "SerialVecEnv", "NamedEnvFactory", "WorkerError",
-           "GroupRollout", "alternating_steps", "alternating_rollout", "concat_groups", "worker_seed"]
+__all__ = ["ParallelVecEnv", "AlternatingVecEnv", "SerialVecEnv", "NamedEnvFactory", "ParallelEnvCreator",
+           "WorkerError",
+           "GroupRollout", "alternating_steps", "alternating_rollout", "concat_groups", "split_groups",
+           "worker_seed"]
 
 MakeEnvFn = Callable[[int, Optional[int]], TensorVecEnv]
 
@@ -172,6 +176,28 @@ class NamedEnvFactory:
     def __repr__(self) -> str:
         kw = "".join(f", {k}={v!r}" for k, v in self.task_kwargs.items())
         return f"NamedEnvFactory({self.name!r}{kw})"
+
+
+class ParallelEnvCreator:
+    """Picklable env creator for ``config.environment(...)``: called with the
+    algorithm's env context (``num_envs``, ``device``, ``seed`` + task kwargs)
+    it returns ``cls.from_name(name, ...)``, e.g.
+    ``FastDQNConfig().environment(ParallelEnvCreator("minatar:breakout", num_workers=2))``.
+    ``cls`` may be :class:`AlternatingVecEnv` (then the algorithm's own
+    ``step()`` loop is correct but does not alternate). ``sampler_kwargs`` go
+    to the constructor (``affinity``, ``context``, ...)."""
+
+    def __init__(self, name: str, num_workers: int, cls: Optional[type] = None, **sampler_kwargs: Any):
+        self.name, self.num_workers, self.cls = name, int(num_workers), cls
+        self.sampler_kwargs = dict(sampler_kwargs)
+
+    def __call__(self, ctx: Any) -> "ParallelVecEnv":
+        ctx = dict(ctx)
+        cls = self.cls or ParallelVecEnv
+        task = {k: v for k, v in ctx.items() if k not in ("num_envs", "device", "seed")}
+        return cls.from_name(self.name, int(ctx.get("num_envs", self.num_workers)), self.num_workers,
+                             device=ctx.get("device", "cpu"), seed=ctx.get("seed"), env_kwargs=task,
+                             **self.sampler_kwargs)
 
 
 # ---------------------------------------------------------------------------
@@ -243,13 +269,64 @@ def _parent_alive(ppid: int) -> bool:
     return os.getppid() == ppid
 
 
+def _serve(w: int, env: TensorVecEnv, conn: Any, cmd_sem: Any, done_sem: Any, buf: memoryview,
+           layout: _Layout, lo: int, hi: int, extra_keys: Sequence[str], ppid: int) -> None:
+    """The worker's command loop. Every shared-memory view lives in this frame
+    only, so the block can be closed once it returns."""
+    v = layout.views(buf)
+    rows = slice(lo, hi)
+    actions_v, obs_v, final_v = v["actions"][rows], v["obs"][rows], v["final"][rows]
+    rew_v, term_v, trunc_v, valid_v = v["reward"][rows], v["terminated"][rows], v["truncated"][rows], v["valid"][rows]
+    ext_v = {k: v["x_" + k][rows] for k in extra_keys}
+    cmd, seeds, has_seed, has_final, valid_none = v["cmd"], v["seed"], v["has_seed"], v["has_final"], v["valid_none"]
+    while True:
+        while not cmd_sem.acquire(timeout=1.0):
+            if not _parent_alive(ppid):
+                return
+        c = int(cmd[w])
+        if c == _STEP:
+            out = env.step(torch.from_numpy(actions_v.copy()))
+            _write_rows(obs_v, out.obs)
+            _write_rows(rew_v, out.reward)
+            _write_rows(term_v, out.terminated)
+            _write_rows(trunc_v, out.truncated)
+            if out.final_obs is out.obs:
+                has_final[w] = 0
+            else:
+                _write_rows(final_v, out.final_obs)
+                has_final[w] = 1
+            if out.valid is None:
+                valid_none[w] = 1
+                valid_v[:] = True  # other workers' rows may be real flags this step
+            else:
+                valid_none[w] = 0
+                _write_rows(valid_v, out.valid)
+            extras = out.extras or {}
+            for k, dst in ext_v.items():
+                if k not in extras:
+                    raise KeyError(f"step() returned no extras[{k!r}], which the probe step returned "
+                                   f"(keys now: {sorted(extras)})")
+                _write_rows(dst, extras[k])
+        elif c == _RESET:
+            obs = env.reset(seed=int(seeds[w]) if has_seed[w] else None)
+            _write_rows(obs_v, obs)
+        elif c == _GET_STATE:
+            conn.send(("state", env.get_state()))
+        elif c == _SET_STATE:
+            env.set_state(conn.recv())
+        elif c == _CLOSE:
+            return
+        else:
+            raise RuntimeError(f"unknown command {c}")
+        done_sem.release()
+
+
 def _worker_main(w: int, make_env_fn: MakeEnvFn, n: int, seed: Optional[int], conn: Any,
                  cmd_sem: Any, done_sem: Any, cpus: Optional[List[int]], probe: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ppid = os.getppid()
     shm = None
-    v: Dict[str, np.ndarray] = {}
-    ctrl_status = None
+    layout = None
     env = None
     try:
         if cpus:
@@ -269,78 +346,25 @@ def _worker_main(w: int, make_env_fn: MakeEnvFn, n: int, seed: Optional[int], co
             return
         _, shm_name, layout, lo, hi, extra_keys = msg
         shm = shared_memory.SharedMemory(name=shm_name)
-        v = layout.views(shm.buf)
-        ctrl_status = v["status"]
         conn.send(("attached", None))
-        rows = slice(lo, hi)
-        actions_v, obs_v, final_v = v["actions"][rows], v["obs"][rows], v["final"][rows]
-        rew_v, term_v, trunc_v, valid_v = v["reward"][rows], v["terminated"][rows], v["truncated"][rows], v["valid"][rows]
-        ext_v = {k: v["x_" + k][rows] for k in extra_keys}
-        cmd, seeds, has_seed, has_final, valid_none = (v["cmd"], v["seed"], v["has_seed"], v["has_final"],
-                                                       v["valid_none"])
-        while True:
-            while not cmd_sem.acquire(timeout=1.0):
-                if not _parent_alive(ppid):
-                    return
-            c = int(cmd[w])
-            if c == _STEP:
-                out = env.step(torch.from_numpy(actions_v.copy()))
-                _write_rows(obs_v, out.obs)
-                _write_rows(rew_v, out.reward)
-                _write_rows(term_v, out.terminated)
-                _write_rows(trunc_v, out.truncated)
-                if out.final_obs is out.obs:
-                    has_final[w] = 0
-                else:
-                    _write_rows(final_v, out.final_obs)
-                    has_final[w] = 1
-                if out.valid is None:
-                    valid_none[w] = 1
-                else:
-                    valid_none[w] = 0
-                    _write_rows(valid_v, out.valid)
-                extras = out.extras or {}
-                for k, dst in ext_v.items():
-                    if k not in extras:
-                        raise KeyError(f"step() returned no extras[{k!r}], which the probe step returned "
-                                       f"(keys now: {sorted(extras)})")
-                    _write_rows(dst, extras[k])
-            elif c == _RESET:
-                obs = env.reset(seed=int(seeds[w]) if has_seed[w] else None)
-                _write_rows(obs_v, obs)
-            elif c == _GET_STATE:
-                conn.send(("state", env.get_state()))
-            elif c == _SET_STATE:
-                env.set_state(conn.recv())
-            elif c == _CLOSE:
-                return
-            else:
-                raise RuntimeError(f"unknown command {c}")
-            done_sem.release()
+        _serve(w, env, conn, cmd_sem, done_sem, shm.buf, layout, lo, hi, extra_keys, ppid)
     except BaseException as e:  # noqa: BLE001 - everything goes back to the main process
         tb = traceback.format_exc()
         try:
-            if ctrl_status is not None:
-                ctrl_status[w] = 1
+            if shm is not None and layout is not None:
+                layout.views(shm.buf)["status"][w] = 1
             conn.send(("error", f"{type(e).__name__}: {e}\n{tb}"))
-        except Exception:
+        except BaseException:
             pass
         done_sem.release()
-        os._exit(1)
-    finally:
-        try:
-            if env is not None:
-                env.close()
-        except Exception:
-            pass
-        del v
-        actions_v = obs_v = final_v = rew_v = term_v = trunc_v = valid_v = ext_v = None  # noqa: F841
-        cmd = seeds = has_seed = has_final = valid_none = ctrl_status = None  # noqa: F841
-        if shm is not None:
-            try:
-                shm.close()
-            except BufferError:
-                pass
+        os._exit(1)  # no cleanup: the traceback still references the views
+    try:
+        if env is not None:
+            env.close()
+    except Exception:
+        pass
+    if shm is not None:
+        shm.close()
 
 
 # ---------------------------------------------------------------------------
@@ -369,10 +393,11 @@ class _Resources:
                     self.conns[w].send(("close",))
                 except Exception:
                     pass
+        started = [p for p in self.procs if getattr(p, "_popen", None) is not None]
         deadline = time.monotonic() + 3.0
-        for p in self.procs:
+        for p in started:
             p.join(timeout=max(0.0, deadline - time.monotonic()))
-        for p in self.procs:
+        for p in started:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=1.0)
@@ -448,7 +473,11 @@ class ParallelVecEnv(TensorVecEnv):
             main process is never pinned.
         num_groups: groups with independent barriers (1 = plain sync sampler;
             see :class:`AlternatingVecEnv`).
-        context: ``"spawn"`` or ``"forkserver"``.
+        context: ``"spawn"`` or ``"forkserver"``. A spawned worker imports torch
+            and rllib_fast itself (seconds: ``import rllib_fast`` registers with Ray
+            Tune); a forkserver worker is forked from a server that imported them
+            once (``forkserver_preload``), so later envs start in milliseconds,
+            but the server process stays alive (idle) until this process exits.
         probe: learn the extras/obs dtype from a throw-away 1-env source.
         step_timeout: seconds one wait may take before ``TimeoutError`` (None = no limit).
         poll_s: how often a wait checks that the workers are alive.
@@ -463,7 +492,8 @@ class ParallelVecEnv(TensorVecEnv):
     def __init__(self, make_env_fn: MakeEnvFn, num_envs: int, num_workers: int, device: Any = "cpu",
                  seed: Optional[int] = None, affinity: Any = None, *, num_groups: int = 1,
                  context: str = "spawn", probe: bool = True, step_timeout: Optional[float] = None,
-                 poll_s: float = 0.25, start_timeout: float = 300.0):
+                 poll_s: float = 0.25, start_timeout: float = 300.0,
+                 forkserver_preload: Sequence[str] = ("rllib_fast.envs.parallel",)):
         self._res = res = _Resources()
         self._finalizer = weakref.finalize(self, res.shutdown)
         self._broken: Optional[str] = None
@@ -491,9 +521,13 @@ class ParallelVecEnv(TensorVecEnv):
         self.worker_slices = [slice(w * nw, (w + 1) * nw) for w in range(W)]
         self.affinity = _resolve_affinity(affinity, W, G)
         self._pending = [False] * G
-        self._split_async = False
 
         ctx = mp.get_context(context)
+        child_conns = []
+        if context == "forkserver" and forkserver_preload:
+            # import torch/rllib_fast once in the server, fork workers from it (takes effect
+            # when the server starts, i.e. for the first forkserver env of this process)
+            ctx.set_forkserver_preload(list(forkserver_preload))
         for w in range(W):
             parent_conn, child_conn = ctx.Pipe(duplex=True)
             cmd_sem, done_sem = ctx.Semaphore(0), ctx.Semaphore(0)
@@ -504,9 +538,11 @@ class ParallelVecEnv(TensorVecEnv):
             res.conns.append(parent_conn)
             res.cmd_sems.append(cmd_sem)
             res.done_sems.append(done_sem)
+            child_conns.append(child_conn)
         try:
-            for p in res.procs:
+            for p, c in zip(res.procs, child_conns):
                 p.start()
+                c.close()  # the worker holds the other end now: its death closes the pipe
             infos = [self._recv(w, "ready", start_timeout) for w in range(W)]
             self._setup(infos)
             for w in range(W):
@@ -906,8 +942,13 @@ def _groups_of(env: TensorVecEnv) -> Tuple[int, List[slice]]:
     return 1, [slice(0, env.num_envs)]
 
 
+def split_groups(env: TensorVecEnv, x: torch.Tensor) -> List[torch.Tensor]:
+    """Per-group rows of an all-env tensor (views), e.g. ``split_groups(env, env.reset(seed))``."""
+    return [x[sl] for sl in _groups_of(env)[1]]
+
+
 def alternating_steps(env: TensorVecEnv, policy_fn: PolicyFn, num_steps: int,
-                      obs: Optional[Sequence[torch.Tensor]] = None
+                      obs: Optional[Sequence[torch.Tensor]] = None, seed: Optional[int] = None
                       ) -> Iterator[Tuple[int, torch.Tensor, torch.Tensor, Step, Dict[str, torch.Tensor]]]:
     """Run ``num_steps`` steps of every group, alternating inference and simulation.
 
@@ -915,7 +956,9 @@ def alternating_steps(env: TensorVecEnv, policy_fn: PolicyFn, num_steps: int,
     the order ``(t=0, A), (t=0, B), (t=1, A), ...``: ``obs`` is what group ``g``
     acted on, ``step`` its result (``step.final_obs`` is the next observation,
     ``step.obs`` the one to act on next). ``obs`` = per-group observations to
-    start from (a previous call's ``step.obs``); None resets the env. When the
+    start from (a previous call's ``step.obs``); None calls ``env.reset(seed)``
+    first (``split_groups(env, env.reset(s))`` gives ``obs`` for a reset done
+    outside). When the
     generator is exhausted both groups are idle. Works on any TensorVecEnv
     (one group, plain ``step``) so the same algorithm code runs on every sampler.
 
@@ -923,10 +966,7 @@ def alternating_steps(env: TensorVecEnv, policy_fn: PolicyFn, num_steps: int,
     still have a step in flight (call ``wait_group`` for it).
     """
     G, slices = _groups_of(env)
-    if obs is None:
-        full = env.reset()
-        obs = [full[sl] for sl in slices]
-    obs = list(obs)
+    obs = split_groups(env, env.reset(seed=seed)) if obs is None else list(obs)
     if len(obs) != G:
         raise ValueError(f"obs must hold one tensor per group ({G}), got {len(obs)}")
     if num_steps <= 0:
@@ -972,14 +1012,15 @@ class GroupRollout(NamedTuple):
 
 
 def alternating_rollout(env: TensorVecEnv, policy_fn: PolicyFn, num_steps: int,
-                        obs: Optional[Sequence[torch.Tensor]] = None) -> List[GroupRollout]:
+                        obs: Optional[Sequence[torch.Tensor]] = None,
+                        seed: Optional[int] = None) -> List[GroupRollout]:
     """:func:`alternating_steps` collected into one :class:`GroupRollout` per
     group (see the module docstring for how an algorithm uses it)."""
     G, _ = _groups_of(env)
     cols: List[Dict[str, list]] = [dict(obs=[], actions=[], reward=[], terminated=[], truncated=[],
                                         final_obs=[], valid=[], extras=[], pex=[]) for _ in range(G)]
     nxt: List[Optional[torch.Tensor]] = [None] * G if obs is None else list(obs)
-    for g, o, a, st, pe in alternating_steps(env, policy_fn, num_steps, obs):
+    for g, o, a, st, pe in alternating_steps(env, policy_fn, num_steps, obs, seed):
         c = cols[g]
         c["obs"].append(o)
         c["actions"].append(torch.as_tensor(a))
