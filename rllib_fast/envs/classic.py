@@ -76,11 +76,11 @@ class _ClassicControlEnv(TensorVecEnv):
     def _dynamics(self, state: torch.Tensor, action: torch.Tensor
                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(next_state, reward float32 [N], terminated bool [N])."""
-        raise NotImplementedError
+        raise NotImplementedError("abstract: subclasses define the dynamics")
 
     def _observe(self, state: torch.Tensor) -> torch.Tensor:
         """Observation of ``state``; always a new tensor."""
-        raise NotImplementedError
+        raise NotImplementedError("abstract: subclasses define the observation")
 
     # -- helpers ------------------------------------------------------------
     def _sample_init(self) -> torch.Tensor:
