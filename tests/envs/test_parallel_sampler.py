@@ -159,7 +159,9 @@ def par():
 
 @pytest.fixture(scope="module")
 def alt():
-    env = AlternatingVecEnv(MAKE, num_envs=8, num_workers=4, seed=5, step_timeout=60, context=CTX)
+    # spin_s/worker_spin_s: exercise the spin-then-block waits too
+    env = AlternatingVecEnv(MAKE, num_envs=8, num_workers=4, seed=5, step_timeout=60, context=CTX,
+                            spin_s=1e-4, worker_spin_s=1e-4)
     yield env
     env.close()
 
