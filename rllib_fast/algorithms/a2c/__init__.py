@@ -3,3 +3,6 @@ from .algorithm import FastA2C
 from .config import FastA2CConfig
 
 __all__ = ["FastA2C", "FastA2CConfig"]
+
+ALGORITHMS = {"FastA2C": FastA2C}
+CONFIGS = {"FastA2C": FastA2CConfig}

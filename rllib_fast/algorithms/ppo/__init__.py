@@ -4,3 +4,6 @@ from .config import FastPPOConfig
 from ..actor_critic import FastPPOModule
 
 __all__ = ["FastPPO", "FastPPOConfig", "FastPPOModule"]
+
+ALGORITHMS = {"FastPPO": FastPPO}
+CONFIGS = {"FastPPO": FastPPOConfig}
