@@ -33,5 +33,4 @@ for _family in FAMILIES:
     _merge(_family)
 
 # ``from rllib_fast.algorithms import FastPPO`` keeps working for every family.
-globals().update(ALGORITHMS)
-globals().update(CONFIGS)
+globals().update({cls.__name__: cls for cls in (*ALGORITHMS.values(), *CONFIGS.values())})
