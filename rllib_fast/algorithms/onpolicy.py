@@ -218,10 +218,15 @@ class OnPolicyAlgorithm(FastAlgorithm):
                       actions=action, logp=logp, rewards=step.reward, terminated=step.terminated,
                       done=step.terminated | step.truncated)
             self.obs = step.obs
+            self._after_sampling_step(t)
         valid = st["valid"] if self.any_invalid else None
         self.tracker.update_batch(st["rewards"], st["done"], valid)
         if cfg.normalize_obs:
             module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self._reduce)
+
+    def _after_sampling_step(self, t: int) -> None:
+        """Hook between two batched env steps (asynchronous learners pull
+        central parameters here every few steps). Nothing by default."""
 
     def _targets(self):
         """Values of observations and of ``final_obs`` in one batched critic

@@ -76,6 +76,13 @@ class FastConfig(AlgorithmConfig):
                                             "finished; None: the env's own limit)", (int,), low=1, optional=True),
         "evaluation_max_env_steps": Param(None, "evaluation: stop after this many steps per eval env even if "
                                           "episodes are unfinished (None: no cap)", (int,), low=1, optional=True),
+        # NaN/exploding-update guard (rllib_fast/tune/guard.py), checked once per iteration
+        "nonfinite_guard": Param("stop", "on a NaN/inf or exploding loss/value/parameter: 'stop' the trial "
+                                 "(last good checkpoint intact), 'skip' the bad update, or 'off'", (str,),
+                                 choices=("stop", "skip", "off")),
+        "nonfinite_guard_max_abs": Param(1e10, "nonfinite_guard: a loss/value metric above this magnitude "
+                                         "counts as exploding (None: only NaN/inf)", low=0.0, low_open=True,
+                                         optional=True),
     }
     # Attributes a config may carry that a fresh instance lacks (set by RLlib/Tune).
     _TOLERATED_EXTRA_KEYS = frozenset({"class", "__trial_info__", "_enable_new_api_stack", "checkpoint_trainable_policies_only"})
@@ -126,6 +133,10 @@ class FastConfig(AlgorithmConfig):
                 for k in rest:
                     if k in str(err):
                         bad = k
+                owner = _builder_accepting(self, bad)
+                if owner:  # a real RLlib key, just not a training() one
+                    raise ValueError(f"{type(self).__name__}: `{bad}` is not a training() key; set it with "
+                                     f"config.{owner}({bad}=...)") from None
                 raise ValueError(unknown_key_message(type(self).__name__, bad,
                                                      set(spec) | set(vars(self)))) from None
         return self
@@ -200,6 +211,21 @@ class FastConfig(AlgorithmConfig):
         return torch.device(self.env_device)
 
 
+_BUILDERS = ("environment", "env_runners", "learners", "reporting", "evaluation", "debugging", "resources",
+             "framework", "checkpointing", "fault_tolerance", "callbacks", "rl_module", "api_stack", "multi_agent")
+
+
+def _builder_accepting(config: AlgorithmConfig, key: str) -> Optional[str]:
+    """The AlgorithmConfig builder method that takes ``key`` (for errors)."""
+    import inspect
+
+    for name in _BUILDERS:
+        method = getattr(config, name, None)
+        if method is not None and key in inspect.signature(method).parameters:
+            return name
+    return None
+
+
 def _to_cpu(tree: Any) -> Any:
     """Deep-copy a state tree with every tensor moved to the CPU (so a GPU
     checkpoint loads on a CPU machine)."""
@@ -247,7 +273,7 @@ class FastAlgorithm(Algorithm):
         torch.manual_seed(self.seed)
         self.device = cfg.resolved_device()
         self.world_size = max(1, cfg.num_learners)
-        local_envs = cfg.num_envs // self.world_size   # this (driving) learner's share
+        local_envs = self.local_num_envs()
         self.env = self.make_env(local_envs, self.seed)
         if cfg.validate_env_on_setup:
             validate_env(self.env)
@@ -260,6 +286,11 @@ class FastAlgorithm(Algorithm):
             from .multi_learner import DataParallelGroup
 
             self._dp_group = DataParallelGroup(self, self.world_size)
+
+    def local_num_envs(self) -> int:
+        """Envs this process steps: its share of data-parallel learners'
+        envs (asynchronous drivers, whose learners own all envs, step one)."""
+        return self.config.num_envs // self.world_size
 
     def make_env(self, num_envs: int, seed: int) -> TensorVecEnv:
         """Create the tensor env from ``config.env`` (a name, a Tune-registered
@@ -326,6 +357,15 @@ class FastAlgorithm(Algorithm):
                 group["lr"] = self.config.lr
 
     # -- RLlib obligations ------------------------------------------------------
+    def step(self) -> Dict[str, Any]:
+        """``Algorithm.step`` checked by the NaN/exploding-update guard
+        (``nonfinite_guard``; see :mod:`rllib_fast.tune.guard`)."""
+        from ..tune.guard import UpdateGuard
+
+        guard = UpdateGuard.from_config(self.config)
+        snapshot = guard.snapshot(self)
+        return guard.check(self, super().step(), snapshot)
+
     def restore_env_runners(self, env_runner_group) -> list:
         return []
 

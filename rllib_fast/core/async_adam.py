@@ -72,23 +72,81 @@ class ChunkedParameterStore:
         with self._step_lock:
             self.step += n
 
+    def sync(self, acc_s: torch.Tensor, acc_g: torch.Tensor, acc_g2: torch.Tensor, n: int,
+             betas: Sequence[float]) -> tuple:
+        """Fold one learner's ``n`` local steps in (App. A), chunk by chunk
+        under the chunk's lock, then return a fresh :meth:`pull`.
+
+        The write is an overwrite of ``theta~ - acc_s`` computed *inside* the
+        lock from the current central value, so a concurrent learner's write
+        to the same chunk is never lost (tested with concurrent writers).
+        """
+        b1, b2 = betas
+        b1n, b2n = b1 ** n, b2 ** n
+        acc_s, acc_g, acc_g2 = (a.to("cpu", self.theta.dtype) for a in (acc_s, acc_g, acc_g2))
+
+        def write(lo: int, hi: int) -> None:
+            self.theta[lo:hi].sub_(acc_s[lo:hi])
+            self.m[lo:hi].mul_(b1n).add_(acc_g[lo:hi], alpha=1 - b1)
+            self.v[lo:hi].mul_(b2n).add_(acc_g2[lo:hi], alpha=1 - b2)
+
+        self.apply(write)
+        self.add_steps(n)
+        return self.pull()
+
+    def pull_theta(self) -> torch.Tensor:
+        """Central parameters only (the mid-sampling pull of APPO)."""
+        theta = torch.empty_like(self.theta)
+        for (lo, hi), lock in zip(self.chunks, self.locks):
+            with lock:
+                theta[lo:hi].copy_(self.theta[lo:hi])
+        return theta
+
+    def state_dict(self) -> dict:
+        theta, m, v, step = self.pull()
+        return {"theta": theta, "m": m, "v": v, "step": step}
+
+    def load_state_dict(self, state: dict) -> None:
+        def load(lo: int, hi: int) -> None:
+            self.theta[lo:hi].copy_(state["theta"][lo:hi])
+            self.m[lo:hi].copy_(state["m"][lo:hi])
+            self.v[lo:hi].copy_(state["v"][lo:hi])
+
+        self.apply(load)
+        with self._step_lock:
+            self.step = int(state["step"])
+
 
 class MultiStepAdam:
-    """One learner's local Adam with the accumulators of App. A."""
+    """One learner's local Adam with the accumulators of App. A.
 
-    def __init__(self, store: ChunkedParameterStore, lr: float = 1e-3, betas: Sequence[float] = (0.9, 0.999),
-                 eps: float = 1e-8):
+    ``store`` is anything with ``pull()`` and ``sync(acc_s, acc_g, acc_g2, n,
+    betas)`` returning ``(theta, m, v, step)``: a :class:`ChunkedParameterStore`
+    in this process (threads) or a client of the parameter-server actor
+    (:mod:`rllib_fast.core.param_server`). Local state lives on ``device`` (the
+    learner's GPU in the paper: pull to the GPU, step there, write back).
+    """
+
+    def __init__(self, store, lr: float = 1e-3, betas: Sequence[float] = (0.9, 0.999),
+                 eps: float = 1e-8, device: torch.device | str = "cpu"):
         self.store, self.lr, self.eps = store, lr, eps
         self.b1, self.b2 = betas
-        self.pull()
+        self.device = torch.device(device)
+        self._take(store.pull())
 
-    def pull(self) -> None:
-        """Take central parameters, moments and step count; reset accumulators."""
-        self.theta, self.m, self.v, self.t = self.store.pull()
+    def _take(self, pulled: tuple) -> None:
+        theta, m, v, t = pulled
+        self.theta, self.m, self.v = (x.to(self.device) for x in (theta, m, v))
+        self.t = int(t)
         self.acc_g = torch.zeros_like(self.theta)
         self.acc_g2 = torch.zeros_like(self.theta)
         self.acc_s = torch.zeros_like(self.theta)
         self.n_local = 0
+
+    def pull(self) -> None:
+        """Take central parameters, moments and step count; reset accumulators.
+        Only meaningful with no pending local steps (they would be dropped)."""
+        self._take(self.store.pull())
 
     def local_step(self, grad: torch.Tensor) -> torch.Tensor:
         """One Adam step on the local copy; returns the new local parameters."""
@@ -107,15 +165,8 @@ class MultiStepAdam:
 
     def sync(self) -> None:
         """Fold the local steps into the central store (overwrite under the
-        chunk locks), then pull the result."""
-        n, st = self.n_local, self.store
-        b1n, b2n = self.b1 ** n, self.b2 ** n
-
-        def write(lo: int, hi: int) -> None:
-            st.theta[lo:hi].sub_(self.acc_s[lo:hi])
-            st.m[lo:hi].mul_(b1n).add_(self.acc_g[lo:hi], alpha=1 - self.b1)
-            st.v[lo:hi].mul_(b2n).add_(self.acc_g2[lo:hi], alpha=1 - self.b2)
-
-        st.apply(write)
-        st.add_steps(n)
-        self.pull()
+        chunk locks), then continue from the central result."""
+        if self.n_local == 0:
+            self.pull()
+            return
+        self._take(self.store.sync(self.acc_s, self.acc_g, self.acc_g2, self.n_local, (self.b1, self.b2)))

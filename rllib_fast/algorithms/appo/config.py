@@ -1,0 +1,92 @@
+"""Hyperparameters of the asynchronous learners (Stooke & Abbeel §4.3, App. A).
+
+``num_envs`` is the total over all learners, as for the synchronous
+multi-learner: each of ``num_async_learners`` sampler-learners steps
+``num_envs / num_async_learners`` envs of its own.
+"""
+from __future__ import annotations
+
+from ...core.params import Param
+from ..a2c.config import FastA2CConfig
+from ..ppo.config import FastPPOConfig
+
+
+class AsyncLearnersConfigMixin:
+    """Keys shared by FastAPPO and FastA3C."""
+
+    HYPERPARAMETERS = {
+        "num_async_learners": Param(8, "asynchronous sampler-learners (Ray actors), each with its own envs",
+                                    (int,), low=1),
+        "sync_every": Param(4, "local multi-step-Adam updates between syncs with the central store "
+                            "(paper: 1-4 for APPO)", (int,), low=1),
+        "pull_every_sampling_steps": Param(64, "pull central parameters every this many batched env steps "
+                                           "while sampling (None: only at syncs)", (int,), low=1, optional=True),
+        "param_store_chunks": Param(4, "chunks (one lock each) of the central parameter store", (int,), low=1),
+        "cycles_per_iteration": Param(1, "rollout+learn cycles each learner runs per Algorithm iteration; "
+                                      "learners are asynchronous within an iteration, the iteration boundary "
+                                      "is the only barrier (consistent checkpoints and reports)", (int,), low=1),
+        "adam_betas": Param([0.9, 0.999], "Adam betas of the central multi-step Adam", (list, tuple),
+                            check=(lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "[b1, b2] in [0, 1)")),
+        "adam_eps": Param(1e-5, "Adam epsilon (added to sqrt(v), as torch.optim.Adam)", low=0.0, low_open=True),
+        "num_cpus_per_async_learner": Param(1.0, "CPUs each learner actor reserves (fractions allowed)",
+                                            low=0.0),
+        "num_gpus_per_async_learner": Param(0.0, "GPUs each learner actor reserves (fractions allowed)",
+                                            low=0.0),
+    }
+
+    def validate_async(self) -> None:
+        name = type(self).__name__
+        if self.num_envs % self.num_async_learners:
+            self._value_error(f"{name}: `num_envs` = {self.num_envs} must be divisible by `num_async_learners` = "
+                              f"{self.num_async_learners} (each learner steps num_envs / num_async_learners envs)")
+        if self.num_learners > 1:
+            self._value_error(f"{name}: `num_learners` = {self.num_learners} (synchronous data-parallel "
+                              "learners) is not supported here; allowed: 0 or 1 — use `num_async_learners`")
+
+
+class FastAPPOConfig(AsyncLearnersConfigMixin, FastPPOConfig):
+    """Stooke & Abbeel's asynchronous PPO (not RLlib's V-trace APPO): 8 PPO
+    sampler-learners with 8 envs each, a central chunk-locked parameter store
+    with the optimizer moments, multi-step Adam, gradient-norm clipping, the
+    PPO learning rate divided by 4 and no learning-rate schedule, central
+    parameters pulled every 64 sampling steps."""
+
+    def __init__(self, algo_class=None):
+        from .algorithm import FastAPPO
+
+        super().__init__(algo_class=algo_class or FastAPPO)
+        self.num_envs = 64
+        self.lr = 3e-4 / 4
+        self.grad_clip = 0.5
+
+    def validate_algorithm(self) -> None:
+        super().validate_algorithm()
+        self.validate_async()
+        if self.adaptive_lr_kl_target is not None:
+            self._value_error("FastAPPOConfig: `adaptive_lr_kl_target` must be None (the paper removes the lr "
+                              "schedule for APPO; per-learner lr adaptation would desynchronise the learners)")
+
+
+class FastA3CConfig(AsyncLearnersConfigMixin, FastA2CConfig):
+    """Asynchronous A2C units (the paper's A3C): 16-env A2C sampler-learners
+    writing to the central store after every update (``sync_every=1``).
+    The central optimizer is Adam (the only rule with a multi-step form in
+    App. A); its shared moments play the part of A3C's shared RMSProp
+    statistics."""
+
+    def __init__(self, algo_class=None):
+        from .algorithm import FastA3C
+
+        super().__init__(algo_class=algo_class or FastA3C)
+        self.num_async_learners = 4
+        self.num_envs = 64
+        self.sync_every = 1
+        self.pull_every_sampling_steps = None
+        self.optimizer = "adam"
+
+    def validate_algorithm(self) -> None:
+        super().validate_algorithm()
+        self.validate_async()
+        if self.optimizer != "adam":
+            self._value_error(f"FastA3CConfig: `optimizer` = {self.optimizer!r} is not supported for "
+                              "asynchronous learners; allowed: 'adam' (central multi-step Adam)")
