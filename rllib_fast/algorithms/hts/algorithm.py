@@ -1,0 +1,336 @@
+"""HTSPPO / HTSA2C: High-Throughput Synchronous RL (Liu, Yeh & Schwing 2020).
+
+One round (``_round``) is the whole algorithm:
+
+1. **sync point** -- copy the learner's parameters (and normalisers) into the
+   behaviour snapshot for this round; executors load nothing else until the
+   next sync, so every transition of a batch comes from one parameter version;
+2. release the **executors** for ``alpha`` steps into the *write* storage
+   (actors serve them with batched inference on the snapshot; executors sample
+   with their own RNG streams; see :mod:`.executors`);
+3. meanwhile the **learner** consumes the *read* storage (the previous round's
+   batch): it checks ``learner_version - behaviour_version == 1`` (lag exactly
+   one, asserted for every batch), then updates
+     * A2C: the one-step-delayed gradient of Eq. 6 -- the A2C gradient at the
+       behaviour snapshot theta_{j-1} on its own data, applied to theta_j;
+     * PPO: the paper's code form -- FastPPO's clipped update from the current
+       theta_j with importance ratios against the stored behaviour
+       log-probabilities of theta_{j-1};
+4. barrier: wait until the executors filled the write storage; only then (and
+   with the read storage exhausted) the storages swap roles.
+
+Versions: the initial weights count as versions 0 *and* 1 (Eq. 6 needs
+theta_{j-1} at j = 0; the paper's code also acts twice with the initial
+weights), so round r acts with version r and the learner, at version r,
+consumes round r-1's batch: lag 1 from the first update on.
+
+An iteration (``train()``) is ``rounds_per_iteration`` rounds and ends at a
+round boundary: a checkpoint then holds the pending batch, both snapshots,
+versions, the executors' RNG streams and envs, so a restore continues exactly
+(on CPU; ``RESUME_EXACT``).
+"""
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any, Dict
+
+import numpy as np
+import torch
+from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN, LEARNER_RESULTS,
+                                     NUM_ENV_STEPS_TRAINED, NUM_ENV_STEPS_TRAINED_LIFETIME, NUM_EPISODES)
+
+from ...core.rollout import RolloutStorage
+from ...envs.parallel import ParallelVecEnv, worker_seed
+from ..a2c.algorithm import FastA2C
+from ..ppo.algorithm import FastPPO
+from .config import HTSA2CConfig, HTSPPOConfig
+from .executors import ExecutorGroupEnv, HTSRuntime
+from .paper_metrics import PaperMetrics
+from .storage import DoubleStorage, clone_storage
+
+POLICY = "default_policy"
+
+
+def executor_rng_seed(seed: int, e: int) -> int:
+    """Seed of executor ``e``'s sampling stream (independent of its env's seed)."""
+    return int(np.random.SeedSequence(int(seed), spawn_key=(int(e), 0x4854)).generate_state(1)[0])
+
+
+class HTSMixin:
+    """The HTS-RL machinery on top of an on-policy algorithm (FastPPO/FastA2C)."""
+
+    SUPPORTS_DATA_PARALLEL = False
+    # On CPU a restored run continues bit-identically (tested).
+    RESUME_EXACT = True
+
+    # -- env: one part per executor ------------------------------------------------------
+    def make_env(self, num_envs: int, seed: int):
+        if getattr(self, "_plain_env", False):   # evaluation envs: one ordinary env
+            return super().make_env(num_envs, seed)
+        cfg = self.config
+        E = cfg.num_executors
+        parts = []
+        try:
+            for e in range(E):
+                s = worker_seed(seed, e)
+                if cfg.executor_processes:
+                    parts.append(ParallelVecEnv.from_name(cfg.env, num_envs // E, 1, device=self.device, seed=s,
+                                                          env_kwargs=dict(cfg.env_config)))
+                else:
+                    parts.append(super().make_env(num_envs // E, s))
+        except BaseException:
+            for p in parts:
+                p.close()
+            raise
+        # process executors: start-state decorrelation and validation step the parts concurrently
+        return ExecutorGroupEnv(parts, parallel=cfg.executor_processes)
+
+    # -- construction ------------------------------------------------------------------------
+    def build(self) -> None:
+        super().build()  # module, optimizer, one [alpha, N] storage, start-state decorrelation
+        cfg = self.config
+        self.alpha = self.horizon
+        self.obs = self.obs.clone()          # the shared state buffer: updated in place from now on
+        # observations are stored flat (the policy is an MLP), so image sources such as MinAtar work too
+        fields = {k: (tuple(v.shape[2:]), v.dtype) for k, v in self.storage.data.items()}
+        obs_dim = int(np.prod(self.env.obs_shape))
+        for k in ("obs", "final_obs", "raw_obs"):
+            if k in fields:
+                fields[k] = ((obs_dim,), torch.float32)
+        first = RolloutStorage(self.horizon, self.env.num_envs, fields, self.device)
+        self.storage = first
+        self.buffers = DoubleStorage(first, clone_storage(first))
+        self.snapshots = [self._new_snapshot(), self._new_snapshot()]
+        self.version = 1
+        self.rounds = 0
+        self.executor_generators = [torch.Generator(device=self.device).manual_seed(executor_rng_seed(self.seed, e))
+                                    for e in range(cfg.num_executors)]
+        self.paper = PaperMetrics()
+        self.train_time_s = 0.0
+        self.runtime = None
+        self.lag_history: list = []          # (learner_version, behaviour_version) of every consumed batch
+        self._behaviour = None
+
+    def _new_snapshot(self):
+        snap = copy.deepcopy(self.module)
+        snap.requires_grad_(False)
+        return snap
+
+    @torch.no_grad()
+    def _load_snapshot(self, snap) -> None:
+        for dst, src in zip(snap.state_dict().values(), self.module.state_dict().values()):
+            dst.copy_(src)
+
+    def _ensure_runtime(self) -> HTSRuntime:
+        if self.runtime is None or not self.runtime.alive:
+            cfg, env = self.config, self.env
+            act = self.module
+            dist_shape = (int(env.single_action_space.n),) if env.is_discrete else (act.act_dim,)
+            self.runtime = HTSRuntime(env.parts, env.slices, self.obs, self.executor_generators, cfg.num_actors,
+                                      cfg.deterministic_inference, cfg.normalize_obs, dist_shape,
+                                      any_invalid=self._mark_invalid, combining=cfg.actor_mode == "combining")
+        return self.runtime
+
+    def _mark_invalid(self) -> None:
+        self.any_invalid = True
+
+    # -- one iteration ---------------------------------------------------------------------------
+    def training_step(self) -> None:
+        cfg = self.config
+        runtime = self._ensure_runtime()
+        t_start = time.perf_counter()
+        tot = dict(round=0.0, learner_wait=0.0, busy=0.0, act_wait=0.0, actor_busy=0.0, forwards=0, served=0,
+                   trained=0)
+        lags = []
+        for _ in range(cfg.rounds_per_iteration):
+            lag = self._round(runtime, tot)
+            if lag is not None:
+                lags.append(lag)
+        elapsed = time.perf_counter() - t_start
+        self.train_time_s += elapsed
+        N, E = self.env.num_envs, cfg.num_executors
+        n = cfg.rounds_per_iteration * self.alpha * N
+        self.tracker.log_to(self.metrics)
+        self.log_env_steps(n)
+        m = self.metrics
+        if tot["trained"]:
+            m.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), tot["trained"],
+                        reduce="lifetime_sum")
+            m.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), tot["trained"], reduce="sum")
+            m.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, tot["trained"], reduce="lifetime_sum")
+        m.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), self.training_intensity(), window=1)
+        rt = max(tot["round"], 1e-12)
+        for key, value in (
+                ("sps", n / max(elapsed, 1e-12)),
+                ("learner_idle_fraction", tot["learner_wait"] / rt),
+                ("executor_idle_fraction", 1.0 - tot["busy"] / (E * rt)),
+                ("executor_action_wait_fraction", tot["act_wait"] / (E * rt)),
+                ("actor_batch_mean", tot["served"] / max(tot["forwards"], 1)),
+                ("actor_busy_s", tot["actor_busy"]),
+                ("policy_lag", float(np.mean(lags)) if lags else float("nan")),
+                ("policy_lag_max", float(max(lags)) if lags else float("nan")),
+                ("learner_version", self.version),
+                ("rounds", self.rounds),
+                ("sync_interval", self.alpha),
+                ("train_time_s", self.train_time_s)):
+            m.log_value(("hts", key), value, window=1)
+
+    def _round(self, runtime: HTSRuntime, tot: Dict[str, float]):
+        """One synchronisation round; returns the lag of the consumed batch (or None)."""
+        buf = self.buffers
+        behaviour_version = self.version if buf.has_pending else self.version - 1
+        snap = self.snapshots[behaviour_version % 2]
+        self._load_snapshot(snap)                       # the sync point
+        write = buf.begin_fill(behaviour_version)
+        t0 = time.perf_counter()
+        runtime.start_round(write, snap, self.alpha)
+        lag = None
+        if buf.has_pending:
+            lag = self.version - buf.read_version
+            if lag != 1:
+                raise AssertionError(f"HTS: policy lag {lag} != 1 (learner version {self.version}, "
+                                     f"behaviour version {buf.read_version})")
+            self.lag_history.append((self.version, buf.read_version))
+            self._consume(buf.read, self.snapshots[buf.read_version % 2])
+            self.version += 1
+            tot["trained"] += self.alpha * self.env.num_envs
+        buf.mark_exhausted()
+        t1 = time.perf_counter()
+        runtime.wait_round(self.config.wait_timeout_s)
+        t2 = time.perf_counter()
+        buf.mark_filled()
+        buf.swap()
+        self.rounds += 1
+        tot["round"] += t2 - t0
+        tot["learner_wait"] += t2 - t1
+        tot["busy"] += sum(runtime.busy_s)
+        tot["act_wait"] += sum(runtime.act_wait_s)
+        tot["actor_busy"] += runtime.actor_busy_s
+        tot["forwards"] += runtime.forwards
+        tot["served"] += runtime.served
+        return lag
+
+    def _consume(self, st, behaviour) -> None:
+        """Targets and update from a filled storage (the learner's half of a round).
+
+        Executors stored raw observations; they are normalised here with the
+        *behaviour* snapshot's statistics -- exactly what the actors fed the
+        policy -- and the learner's statistics then absorb the batch."""
+        cfg = self.config
+        self.storage = st
+        valid = st["valid"] if self.any_invalid else None
+        if cfg.normalize_obs:
+            st["raw_obs"].copy_(st["obs"])
+            st["obs"].copy_(behaviour.obs_norm.normalize(st["obs"]))
+            st["final_obs"].copy_(behaviour.obs_norm.normalize(st["final_obs"]))
+        self.tracker.update_batch(st["rewards"], st["done"], valid)
+        if cfg.normalize_obs:
+            self.module.obs_norm.update(st["raw_obs"], mask=valid)
+        self._behaviour = behaviour
+        with self.metrics.log_time(("timers", "learn")):
+            self._learn()
+
+    # -- evaluation with the paper's metrics -------------------------------------------------------
+    def evaluate(self, parallel_train_future=None) -> Dict[str, Any]:
+        self._plain_env = True
+        try:
+            out = super().evaluate(parallel_train_future)
+        finally:
+            self._plain_env = False
+        cfg = self.config
+        er = out.get(ENV_RUNNER_RESULTS, {})
+        self.paper.record(self.train_time_s, er.get(EPISODE_RETURN_MEAN, float("nan")), er.get(NUM_EPISODES, 0),
+                          cfg.required_time_target)
+        hts = {"final": self.paper.final(), "train_time_s": self.train_time_s}
+        if cfg.required_time_target is not None:
+            hts["required_time"] = self.paper.required_time(cfg.required_time_target)
+        if cfg.final_time_limit_s is not None:
+            hts["final_time"] = self.paper.final_time(cfg.final_time_limit_s)
+        out["hts"] = hts
+        return out
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def stateful_components(self) -> Dict[str, Any]:
+        return {**super().stateful_components(), "snapshot_0": self.snapshots[0], "snapshot_1": self.snapshots[1],
+                "buffers": self.buffers, "paper_metrics": self.paper}
+
+    def extra_state(self) -> Dict[str, Any]:
+        return {**super().extra_state(), "version": self.version, "rounds": self.rounds,
+                "train_time_s": self.train_time_s, "any_invalid": self.any_invalid,
+                "executor_rng": [g.get_state() for g in self.executor_generators]}
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        self.obs.copy_(state["obs"])                      # keep the shared buffer object
+        self.version, self.rounds = int(state["version"]), int(state["rounds"])
+        self.train_time_s = float(state["train_time_s"])
+        self.any_invalid = bool(state["any_invalid"])
+        for g, s in zip(self.executor_generators, state["executor_rng"]):
+            g.set_state(torch.as_tensor(s).cpu())
+
+    # -- shutdown ----------------------------------------------------------------------------------
+    def _close_runtime(self) -> None:
+        if getattr(self, "runtime", None) is not None:
+            self.runtime.close()
+            self.runtime = None
+
+    def reset_config(self, new_config) -> bool:
+        self._close_runtime()
+        return super().reset_config(new_config)
+
+    def cleanup(self) -> None:
+        self._close_runtime()
+        super().cleanup()
+
+
+class HTSPPO(HTSMixin, FastPPO):
+    """HTS-RL with FastPPO's update (ratios against the stored behaviour log-probs)."""
+
+    @classmethod
+    def get_default_config(cls) -> HTSPPOConfig:
+        return HTSPPOConfig()
+
+
+class HTSA2C(HTSMixin, FastA2C):
+    """HTS-RL with A2C and the one-step-delayed gradient (Eq. 6).
+
+    ``_learn`` evaluates FastA2C's loss and gradient with the parameters set to
+    the behaviour snapshot theta_{j-1}; ``_apply_gradients`` puts theta_j back
+    before clipping and the optimizer step, so the delayed gradient (and the
+    optimizer's moments) advance theta_j. Normaliser statistics are the
+    learner's own (they are state, not parameters)."""
+
+    @classmethod
+    def get_default_config(cls) -> HTSA2CConfig:
+        return HTSA2CConfig()
+
+    def build(self) -> None:
+        super().build()
+        self._live = [p.detach().clone() for p in self.params]
+        self._at_behaviour = False
+
+    @torch.no_grad()
+    def _swap_to_behaviour(self) -> None:
+        for live, p, b in zip(self._live, self.params, self._behaviour.parameters()):
+            live.copy_(p)
+            p.copy_(b)
+        self._at_behaviour = True
+
+    @torch.no_grad()
+    def _restore_live(self) -> None:
+        for live, p in zip(self._live, self.params):
+            p.copy_(live)
+        self._at_behaviour = False
+
+    def _learn(self) -> None:
+        self._swap_to_behaviour()
+        try:
+            super()._learn()
+        finally:
+            if self._at_behaviour:
+                self._restore_live()
+
+    def _apply_gradients(self) -> None:
+        if self._at_behaviour:
+            self._restore_live()
+        super()._apply_gradients()
