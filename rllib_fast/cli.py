@@ -10,7 +10,8 @@ RLlib's built-ins alike::
     rllib train file tune_configs/cartpole-fastppo.yaml [--stop '{...}']
     rllib train -f tune_configs/cartpole-fastppo-grid.yaml
     rllib train file tune_configs/cartpole-fastppo-optuna.py
-    rllib-fast sweep tune_configs/cartpole-fastppo-grid.yaml        (= train file)
+    rllib-fast sweep tune_configs/sweep-fastppo-pbt.yaml [--resume] [--address auto]   (tune.Tuner)
+    rllib-fast report runs/<sweep name>
     rllib-fast evaluate CHECKPOINT --episodes 10
     rllib-fast list [algorithms|envs]
 
@@ -240,6 +241,8 @@ class Plan:
     def __init__(self):
         self.experiments: Dict[str, Dict[str, Any]] = {}
         self.tune_kwargs: Dict[str, Any] = {}
+        # per experiment: Tune-level keys of a sweep file (scheduler, search_alg, metric, ...)
+        self.sweep_kwargs: Dict[str, Dict[str, Any]] = {}
 
 
 def _checkpoint_config(spec: Dict[str, Any], args) -> Dict[str, Any]:
@@ -312,7 +315,7 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]+", "_", text).strip("_") or "experiment"
 
 
-def plan_from_file(path: str, args) -> Plan:
+def plan_from_file(path: str, args, gpus_available: float = 0.0) -> Plan:
     if not os.path.isfile(path):
         raise UsageError(f"experiment file not found: {path}")
     overrides = parse_json(args.config, "--config")
@@ -332,7 +335,18 @@ def plan_from_file(path: str, args) -> Plan:
         if "run" not in spec and "algo" not in spec:
             raise UsageError(f"{path}: experiment {name!r} has no `run` (the algorithm name)")
         exp_name = args.experiment_name if (args.experiment_name and len(data) == 1) else str(name)
+        from .tune.sweep import SweepError, split_sweep_keys  # search spaces, scheduler, search, resources
+
+        try:
+            spec, sweep_kwargs = split_sweep_keys(spec, f"{path}: experiment {name!r}", gpus_available)
+        except SweepError as err:
+            raise UsageError(str(err)) from None
         plan.experiments[exp_name] = _finish_spec(exp_name, spec, args, overrides)
+        plan.sweep_kwargs[exp_name] = sweep_kwargs
+    if len(plan.experiments) == 1:
+        plan.tune_kwargs = dict(next(iter(plan.sweep_kwargs.values())))
+    elif any(plan.sweep_kwargs.values()):
+        raise UsageError(f"{path}: scheduler/search/metric keys need one experiment per file")
     return plan
 
 
@@ -695,7 +709,7 @@ def build_parser(prog: str = "rllib") -> argparse.ArgumentParser:
                "  rllib train file tune_configs/cartpole-fastppo-grid.yaml\n"
                "  rllib-fast evaluate runs/<exp>/<trial>/checkpoint_000000 --episodes 10\n"
                "  rllib-fast list")
-    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,evaluate,list}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,report,evaluate,list}")
 
     train = sub.add_parser("train", help="train an algorithm (flags) or run an experiment file",
                            description="rllib train --algo X --env Y [--config JSON] [--stop JSON] | "
@@ -709,9 +723,18 @@ def build_parser(prog: str = "rllib") -> argparse.ArgumentParser:
                        help="experiment file (YAML/JSON/.py)")
     _add_run_options(train)
 
-    sweep = sub.add_parser("sweep", help="run a sweep file (same as `train file FILE`)")
-    sweep.add_argument("file", help="YAML/JSON/.py experiment file, e.g. tune_configs/cartpole-fastppo-grid.yaml")
+    sweep = sub.add_parser("sweep", help="run a sweep file with tune.Tuner (schedulers, searchers, packing, "
+                                         "--resume, --address); see rllib_fast/tune/sweep.py")
+    sweep.add_argument("file", help="YAML/JSON/.py sweep file, e.g. tune_configs/sweep-fastppo-pbt.yaml")
     _add_run_options(sweep)
+    from .tune.sweep import add_arguments as _sweep_arguments
+
+    _sweep_arguments(sweep)
+
+    report = sub.add_parser("report", help="Markdown summary + learning-curve PNGs of an experiment directory")
+    from .tune.report import add_arguments as _report_arguments
+
+    _report_arguments(report)
 
     ev = sub.add_parser("evaluate", help="evaluate a checkpoint",
                         description="Restore CHECKPOINT and report the mean episode return.")
@@ -794,8 +817,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "evaluate":
             return _evaluate(args)
         if args.command == "sweep":
-            args.what = []
-            return run_plan(plan_from_file(args.file, args), args)
+            from .tune.sweep import run_sweep
+
+            return run_sweep(args)
+        if args.command == "report":
+            from .tune.report import run_report
+
+            return run_report(args)
         return _train(args)
     except UsageError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)

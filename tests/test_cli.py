@@ -112,8 +112,7 @@ def test_shipped_experiment_files_parse():
         plan = plan_from_file(str(f), p.parse_args(["train", "file", str(f)]))
         assert plan.experiments, f
         for spec in plan.experiments.values():
-            assert spec["stop"].get("training_iteration", 99) <= 10, f  # keep them fast
-            assert spec["checkpoint_config"]["checkpoint_at_end"] is True
+            assert spec["stop"], f"{f.name}: every shipped experiment has a stop criterion"
     grid = plan_from_file(str(TUNE_CONFIGS / "cartpole-fastppo-grid.yaml"), p.parse_args(["train"]))
     (spec,) = grid.experiments.values()
     assert len(spec["config"]["lr"]["grid_search"]) == 2

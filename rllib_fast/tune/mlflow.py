@@ -14,7 +14,13 @@ the ~300 keys of a flattened AlgorithmConfig, one request per key, and uses
   one batched request per result;
 * **artifacts** at trial end: the trial's latest checkpoint directory
   (``checkpoint/``) and a learning-curve PNG (``plots/learning_curve.png``);
-* the run **status**: FINISHED, or FAILED when the trial errored.
+* the run **status**: FINISHED, or FAILED when the trial errored;
+* with ``parent_run_name`` (what ``rllib-fast sweep`` passes: the sweep's
+  name) every trial run is **nested** under one parent run per sweep
+  (``mlflow.parentRunId``), so the UI groups a sweep's trials.
+
+A resumed sweep (``Tuner.restore``, or a trial restarted after a failure)
+continues the same runs: they are found again by their ``trial_id`` tag.
 
 Tracking URI: the ``tracking_uri`` argument, else ``MLFLOW_TRACKING_URI``, else
 ``sqlite:///<abs dir>/mlflow.db`` (MLflow 3 refuses the file store by default).
@@ -220,6 +226,8 @@ class MLflowRecorder(LoggerCallback):
         artifact_location: artifact root for a newly created experiment
             (default for sqlite stores: ``<db dir>/mlartifacts``).
         tags: extra tags for every run.
+        parent_run_name: nest trial runs under one parent run of this name
+            (created once per MLflow experiment; reused when a sweep resumes).
         save_checkpoint: log the trial's latest checkpoint dir at trial end.
         save_plot: log a learning-curve PNG at trial end.
         metric_keys / metric_prefixes / exclude: the curated metric set.
@@ -230,7 +238,9 @@ class MLflowRecorder(LoggerCallback):
                  tags: Optional[Mapping[str, str]] = None, save_checkpoint: bool = True,
                  save_plot: bool = True, metric_keys: Sequence[str] = DEFAULT_KEYS,
                  metric_prefixes: Sequence[str] = DEFAULT_PREFIXES,
-                 exclude: Sequence[str] = DEFAULT_EXCLUDE):
+                 exclude: Sequence[str] = DEFAULT_EXCLUDE, parent_run_name: Optional[str] = None):
+        self.parent_run_name = parent_run_name
+        self.parent_run_ids: Dict[str, str] = {}     # MLflow experiment id -> parent run id
         self.tracking_uri = tracking_uri or default_tracking_uri(directory)
         self.experiment_name = experiment_name
         self.artifact_location = artifact_location
@@ -295,7 +305,13 @@ class MLflowRecorder(LoggerCallback):
             return
         # default MLflow experiment: the Tune experiment's name
         exp_id = self._ensure_experiment(getattr(getattr(trial, "storage", None), "experiment_dir_name", None))
+        existing = self._find_run(exp_id, f"tags.trial_id = '{trial.trial_id}'")
+        if existing is not None:  # a resumed sweep: continue the trial's run
+            self.run_ids[trial.trial_id] = existing
+            return
         tags = {"trial_id": trial.trial_id, "trainable": str(trial.trainable_name), **self.tags}
+        if self.parent_run_name:
+            tags["mlflow.parentRunId"] = self._parent_run(exp_id)
         run = self.client.create_run(exp_id, run_name=str(trial), tags=tags)
         self.run_ids[trial.trial_id] = run.info.run_id
         try:
@@ -362,7 +378,30 @@ class MLflowRecorder(LoggerCallback):
             logger.warning("MLflowRecorder: artifact upload for %s failed: %s", trial, err)
         self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
 
+    def on_experiment_end(self, trials, **info) -> None:
+        for run_id in self.parent_run_ids.values():
+            failed = any(getattr(t, "status", "") == "ERROR" for t in trials)
+            self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+
     # -- helpers ---------------------------------------------------------------
+    def _find_run(self, exp_id: str, filter_string: str) -> Optional[str]:
+        try:
+            runs = self.client.search_runs([exp_id], filter_string=filter_string, max_results=1)
+        except Exception:  # a store without search: behave as before
+            return None
+        return runs[0].info.run_id if runs else None
+
+    def _parent_run(self, exp_id: str) -> str:
+        """The sweep's parent run in ``exp_id`` (found again after a resume, else created)."""
+        if exp_id not in self.parent_run_ids:
+            found = self._find_run(exp_id, f"tags.rllib_fast_sweep = '{self.parent_run_name}'")
+            if found is None:
+                found = self.client.create_run(exp_id, run_name=self.parent_run_name,
+                                               tags={"rllib_fast_sweep": self.parent_run_name, **self.tags}
+                                               ).info.run_id
+            self.parent_run_ids[exp_id] = found
+        return self.parent_run_ids[exp_id]
+
     @staticmethod
     def _checkpoint_dir(trial) -> Optional[str]:
         """Local directory of the trial's latest checkpoint (None if none/remote)."""
