@@ -1,0 +1,391 @@
+"""PQL side by side: wall-clock to Pendulum >= -200 for PQL (thread back-end),
+its sequential baselines DDPGN / SACN, FastPPO, RLlib's built-in SAC and
+Stable-Baselines3's SAC and TD3, plus the achieved speed ratios of PQL.
+
+Every arm runs in its own child process, one after another (``_harness.py``),
+with one torch/OMP thread. The return compared is the **greedy evaluation
+return** (10 episodes of the deterministic policy) measured at each report
+point, with the evaluation time excluded from the wall clock (the clock is
+paused while evaluating), because training returns are not comparable across
+these methods (PQL's mixed exploration runs half its envs with σ > 0.4).
+RLlib's SAC is evaluated with ``algo.evaluate()`` (explore=False) on its own
+gymnasium Pendulum-v1 through the ``rllib-fast-gym:Pendulum`` bridge.
+
+Settings: ours from ``rllib_fast/algorithms/pql/tuned.py`` (``PENDULUM``) and
+``rllib_fast/algorithms/ppo/tuned.py``; RLlib SAC modelled on RLlib's
+``tuned_examples/sac/pendulum_sac.py`` (new API stack); SB3 after
+rl-baselines3-zoo's Pendulum-v1 entries (SAC: lr 1e-3; TD3: lr 1e-3, γ 0.98,
+N(0, 0.1) action noise, [400, 300], 10k learning starts).
+
+Optional MuJoCo part (``--mujoco``): HalfCheetah-v5 >= 3000 through the
+gymnasium bridge (``gym:HalfCheetah-v5``) for PQL, DDPGN and SB3 SAC within
+``--mujoco-budget`` seconds; skipped when mujoco is not importable.
+
+    python benchmarks/pql.py --budget 120                 # Pendulum part, ~10 min on 2 cores
+    python benchmarks/pql.py --arms pql,ddpgn --seeds 0,1
+    python benchmarks/pql.py --mujoco --mujoco-budget 1800
+    python benchmarks/pql.py --replot benchmarks/results/pql.json
+
+On 2 CPU cores the three PQL roles share two cores with each other (and with
+anything else running), so concurrency can at best overlap the Actor with
+the learners; the paper's gains come from GPUs where the simulator and the
+learners have separate devices.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _harness as H  # noqa: E402
+
+NAME = "pql"
+TARGET = -200.0
+MUJOCO_TARGET = 3000.0
+REPORT_EVERY_S = 2.0
+EVAL_EPISODES = 10
+
+
+@contextlib.contextmanager
+def _clock_paused(ctx: H.ArmContext):
+    """Exclude evaluation from the arm's wall clock."""
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        if ctx._t0 is not None:
+            ctx._t0 += time.perf_counter() - t
+
+
+def _finite(x: Any) -> Optional[float]:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+# ---------------------------------------------------------------------------
+# arms (child side)
+# ---------------------------------------------------------------------------
+def arm_ours(ctx: H.ArmContext, algo: str, env: str = "Pendulum", **overrides: Any) -> None:
+    from rllib_fast.algorithms.ppo import tuned as ppo_tuned
+    from rllib_fast.algorithms.pql import tuned
+
+    if algo == "FastPPO":
+        from rllib_fast.algorithms.ppo import FastPPOConfig as C
+
+        kw = dict(ppo_tuned.PENDULUM)
+    else:
+        from rllib_fast.algorithms import pql
+
+        C = {"PQL": pql.PQLConfig, "DDPGN": pql.DDPGNConfig, "SACN": pql.SACNConfig}[algo]
+        kw = dict(tuned.PENDULUM)
+    kw.update(overrides)
+    n = int(kw.pop("num_envs"))
+    cfg = (C().environment(env, num_envs=n, env_device="cpu").training(**kw).debugging(seed=ctx.seed)
+           .evaluation(evaluation_duration=EVAL_EPISODES))
+    ctx.note(hyperparameters=dict(num_envs=n, **kw), config_class=C.__name__)
+    ctx.start_clock()
+    a = cfg.build_algo()
+    last = -1e9
+    try:
+        while True:
+            r = a.train()
+            if ctx.elapsed - last < REPORT_EVERY_S and ctx.elapsed < ctx.budget_s:
+                continue
+            last = ctx.elapsed
+            with _clock_paused(ctx):
+                ev = a.evaluate()["env_runners"]["episode_return_mean"]
+            lr = r.get("learners", {}).get("default_policy", {})
+            extra = {k: _finite(lr.get(k)) for k in ("beta_av_achieved", "beta_pv_achieved", "actor_wait_fraction",
+                                                     "critic_wait_fraction", "policy_wait_fraction")
+                     if k in lr}
+            if ctx.report(r["num_env_steps_sampled_lifetime"], _finite(ev),
+                          train_ret=_finite(r.get("env_runners", {}).get("episode_return_mean")), **extra):
+                break
+    finally:
+        a.stop()
+
+
+def arm_rllib_sac(ctx: H.ArmContext, env: str = "rllib-fast-gym:Pendulum") -> None:
+    from ray.rllib.algorithms.sac import SACConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    from rllib_fast.envs.gymnasium import register_rllib_gym_envs
+
+    register_rllib_gym_envs()
+    hp = dict(initial_alpha=1.001, actor_lr=2e-4, critic_lr=8e-4, alpha_lr=9e-4, lr=None, target_entropy="auto",
+              n_step=(2, 5), tau=0.005, train_batch_size_per_learner=256, target_network_update_freq=1,
+              replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 100000, "alpha": 1.0,
+                                    "beta": 0.0},
+              num_steps_sampled_before_learning_starts=256)
+    model = dict(fcnet_hiddens=[256, 256], fcnet_activation="relu", head_fcnet_hiddens=[])
+    cfg = (SACConfig().environment(env).env_runners(num_env_runners=0, num_envs_per_env_runner=1,
+                                                    gym_env_vectorize_mode="vector_entry_point")
+           .training(**hp).rl_module(model_config=DefaultModelConfig(**model))
+           .evaluation(evaluation_num_env_runners=0, evaluation_duration=EVAL_EPISODES,
+                       evaluation_duration_unit="episodes", evaluation_config={"explore": False})
+           .reporting(min_sample_timesteps_per_iteration=200)
+           .debugging(seed=ctx.seed))
+    ctx.note(hyperparameters={**{k: str(v) for k, v in hp.items()}, **model})
+    ctx.start_clock()
+    algo = cfg.build_algo()
+    last = -1e9
+    try:
+        while True:
+            r = algo.train()
+            if ctx.elapsed - last < REPORT_EVERY_S and ctx.elapsed < ctx.budget_s:
+                continue
+            last = ctx.elapsed
+            with _clock_paused(ctx):
+                ev = algo.evaluate()
+            ret = ev.get("env_runners", {}).get("episode_return_mean")
+            if ctx.report(r["num_env_steps_sampled_lifetime"], _finite(ret),
+                          train_ret=_finite(r.get("env_runners", {}).get("episode_return_mean"))):
+                break
+    finally:
+        algo.stop()
+
+
+def _greedy_eval_gym(policy_fn, env_id: str, seed: int, episodes: int = EVAL_EPISODES) -> float:
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.vector.SyncVectorEnv([lambda: gym.make(env_id) for _ in range(episodes)])
+    obs, _ = env.reset(seed=seed + 12345)
+    ret = np.zeros(episodes)
+    done = np.zeros(episodes, dtype=bool)
+    final = np.zeros(episodes)
+    while not done.all():
+        obs, r, term, trunc, _ = env.step(policy_fn(obs))
+        ret += np.where(done, 0.0, r)
+        ended = (term | trunc) & ~done
+        final[ended] = ret[ended]
+        done |= ended
+    env.close()
+    return float(final.mean())
+
+
+def arm_sb3(ctx: H.ArmContext, algo: str, env: str = "Pendulum-v1") -> None:
+    import numpy as np
+    from stable_baselines3 import SAC, TD3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    if algo == "SAC":
+        hp: Dict[str, Any] = dict(learning_rate=1e-3)
+        cls = SAC
+    else:
+        hp = dict(learning_rate=1e-3, gamma=0.98, buffer_size=200_000, learning_starts=10_000,
+                  action_noise=NormalActionNoise(np.zeros(1), 0.1 * np.ones(1)), train_freq=1, gradient_steps=1,
+                  policy_kwargs=dict(net_arch=[400, 300]))
+        cls = TD3
+    ctx.note(hyperparameters={k: str(v) for k, v in hp.items()})
+
+    class Report(BaseCallback):
+        last = -1e9
+        stop = False
+
+        def _on_step(self) -> bool:
+            if ctx.elapsed - Report.last >= REPORT_EVERY_S or ctx.elapsed >= ctx.budget_s:
+                Report.last = ctx.elapsed
+                with _clock_paused(ctx):
+                    ev = _greedy_eval_gym(lambda o: self.model.predict(o, deterministic=True)[0], env, ctx.seed)
+                buf = self.model.ep_info_buffer
+                tr = sum(e["r"] for e in buf) / len(buf) if buf else None
+                Report.stop = ctx.report(self.model.num_timesteps, ev, train_ret=tr)
+            return not Report.stop
+
+    ctx.start_clock()
+    model = cls("MlpPolicy", env, seed=ctx.seed, device="cpu", verbose=0, **hp)
+    model.learn(total_timesteps=10 ** 8, callback=Report())
+
+
+def all_arms(mujoco: bool = False) -> List[H.Arm]:
+    env = "gym:HalfCheetah-v5" if mujoco else "Pendulum"
+    sfx = "-mujoco" if mujoco else ""
+    arms = [
+        H.Arm(f"pql{sfx}", "PQL", "PQL (threads, N=64)", "pql:arm_ours", dict(algo="PQL", env=env), num_envs=64),
+        H.Arm(f"ddpgn{sfx}", "DDPGN", "DDPG(n) (sequential, N=64)", "pql:arm_ours", dict(algo="DDPGN", env=env),
+              num_envs=64),
+    ]
+    if mujoco:
+        return arms + [H.Arm("sb3-sac-mujoco", "SB3", "SB3 SAC (1 env)", "pql:arm_sb3",
+                             dict(algo="SAC", env="HalfCheetah-v5"), num_envs=1)]
+    return arms + [
+        H.Arm("sacn", "SACN", "SAC(n) (sequential, N=64)", "pql:arm_ours", dict(algo="SACN"), num_envs=64),
+        H.Arm("fastppo", "FastPPO", "FastPPO (N=64)", "pql:arm_ours", dict(algo="FastPPO"), num_envs=64),
+        H.Arm("rllib-sac", "RLlib", "RLlib SAC (1 env)", "pql:arm_rllib_sac", {}, num_envs=1, needs_ray=True),
+        H.Arm("sb3-sac", "SB3", "SB3 SAC (1 env)", "pql:arm_sb3", dict(algo="SAC"), num_envs=1),
+        H.Arm("sb3-td3", "SB3-TD3", "SB3 TD3 (1 env)", "pql:arm_sb3", dict(algo="TD3"), num_envs=1),
+    ]
+
+
+# ---------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------
+def _beta_rows(records) -> List[List[Any]]:
+    rows = []
+    for r in records:
+        pts = [p for p in r["points"] if p.get("beta_av_achieved") is not None]
+        if r["family"] != "PQL" or len(pts) < 2:
+            continue
+        after = pts[1:]   # after warm-up (the first report includes the replay fill)
+        av = [p["beta_av_achieved"] for p in after]
+        pv = [p["beta_pv_achieved"] for p in after if p.get("beta_pv_achieved") is not None]
+        wa = [p.get("actor_wait_fraction") or 0.0 for p in after]
+        wv = [p.get("critic_wait_fraction") or 0.0 for p in after]
+        rows.append([r["label"], r["seed"], f"{min(av):.2f}–{max(av):.2f} (target 8)",
+                     f"{min(pv):.2f}–{max(pv):.2f} (target 2)" if pv else "–",
+                     f"{sum(wa) / len(wa):.2f}", f"{sum(wv) / len(wv):.2f}"])
+    return rows
+
+
+def build_report(records, meta) -> str:
+    rows = H.aggregate_learn(records)
+    lines = [f"# PQL benchmark ({meta['date']})", "",
+             f"Machine: {meta['machine']}; {meta['threads']} torch thread(s) per arm; seeds {meta['seeds']}; "
+             f"time cap {meta['budget']:g} s per arm; target: greedy evaluation return >= {meta['target']:g} "
+             f"({EVAL_EPISODES} episodes, evaluation time excluded).", ""]
+    if meta.get("contention"):
+        lines += [f"**Taken under contention**: {meta['contention']}", ""]
+    if meta.get("updated"):
+        lines += [f"Updated {meta['updated']}.", ""]
+    reached = {r["family"]: r["t_reach"] for r in rows if r["n_reached"]}
+    lines += [H.learn_table(rows), ""]
+    if "PQL" in reached:
+        verdict = []
+        if "DDPGN" in reached:
+            verdict.append(f"PQL reached the target {reached['DDPGN'] / reached['PQL']:.2f}x faster than DDPG(n) "
+                           f"(the paper's central claim)")
+        faster = sorted(f for f, t in reached.items() if f != "PQL" and t < reached["PQL"])
+        verdict.append("no arm was faster than PQL" if not faster else
+                       f"faster than PQL: {', '.join(faster)} (so the 'faster than every peer' target is not met here)")
+        lines += ["Reading: " + "; ".join(verdict) + ".", ""]
+    lines += [
+              "## Achieved speed ratios of PQL (per reported iteration, after warm-up)", "",
+              H.markdown_table(["arm", "seed", "critic updates / env step", "critic / policy updates",
+                                "Actor wait fraction", "V-learner wait fraction"], _beta_rows(records)), "",
+              "On 2 CPU cores the Actor, V-learner and P-learner share the cores; the V-learner is the bottleneck, "
+              "so the Actor waits most of the time (the controller holds 1:8) and the concurrency gain over "
+              "DDPG(n) is bounded by the overlap of acting with learning.", ""]
+    return "\n".join(lines)
+
+
+def plot(records, path: str, target: float, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.2))
+    cmap = plt.get_cmap("tab10")
+    fams = list(dict.fromkeys(r["family"] for r in records))
+    for ax, xkey, xl in ((axes[0], "t", "wall-clock s (evaluation excluded)"), (axes[1], "steps", "env steps (log)")):
+        for r in records:
+            pts = [p for p in r["points"] if p["ret"] is not None and p[xkey] > 0]
+            c = cmap(fams.index(r["family"]) % 10)
+            ax.plot([p[xkey] for p in pts], [p["ret"] for p in pts], color=c, label=f"{r['label']} s{r['seed']}")
+            if r.get("reached"):
+                ax.plot([r["reached"][xkey]], [target], "o", color=c)
+        ax.axhline(target, color="k", ls="--", lw=0.8)
+        ax.set_xlabel(xl)
+        ax.set_ylabel("greedy evaluation return")
+        ax.grid(alpha=0.3)
+    axes[1].set_xscale("log")
+    axes[0].legend(fontsize=7)
+    ax = axes[2]
+    for r in records:
+        if r["family"] != "PQL":
+            continue
+        pts = [p for p in r["points"] if p.get("beta_av_achieved") is not None]
+        ax.plot([p["t"] for p in pts], [p["beta_av_achieved"] for p in pts], "o-", label="critic updates / env step")
+        ax.plot([p["t"] for p in pts], [p.get("beta_pv_achieved") for p in pts], "s-", label="critic / policy updates")
+    for y in (8, 2):
+        ax.axhspan(0.9 * y, 1.1 * y, color="grey", alpha=0.2)
+    ax.set_xlabel("wall-clock s")
+    ax.set_title("PQL achieved ratios (bands: ±10%)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    H.add_common_args(p, budget=120.0, target=TARGET)
+    p.add_argument("--mujoco", action="store_true", help="also run the HalfCheetah-v5 part")
+    p.add_argument("--mujoco-budget", type=float, default=1800.0)
+    p.add_argument("--contention", default="", help="free text recorded in the report (e.g. other load)")
+    args = p.parse_args(argv)
+    results_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    if args.list:
+        for a in all_arms() + all_arms(True):
+            print(f"{a.key:16s} {a.label}")
+        return
+    if args.replot:
+        with open(args.replot) as f:
+            payload = json.load(f)
+        records, meta = payload["records"], payload["meta"]
+        out_dir = args.out_dir or os.path.dirname(os.path.abspath(args.replot))
+    else:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        logdir = args.logdir or H.default_logdir(NAME)
+        budget = min(args.budget, 30.0) if args.quick else args.budget
+        out_dir = args.out_dir or (logdir if args.quick else results_dir)
+        quiet = dict(quiet_cores=args.wait_quiet if args.wait_quiet >= 0 else None,
+                     quiet_timeout_s=min(args.quiet_timeout, 10.0) if args.quick else args.quiet_timeout)
+        t0 = time.time()
+        arms = H.select_arms(all_arms(), args.arms)
+        print(f"{len(arms)} arms, seeds {seeds}, cap {budget:g}s, logs in {logdir}", flush=True)
+        records = H.run_arms(arms, seeds, budget_s=budget, target=args.target, threads=args.threads,
+                             logdir=logdir, grace_s=60.0, **quiet)
+        if args.mujoco:
+            try:
+                import mujoco  # noqa: F401
+            except ImportError:
+                print("mujoco is not installed: skipping the MuJoCo part", flush=True)
+            else:
+                records += H.run_arms(all_arms(True), seeds, budget_s=args.mujoco_budget, target=MUJOCO_TARGET,
+                                      threads=args.threads, logdir=logdir, grace_s=60.0, **quiet)
+        meta = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+                    machine=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, "
+                            f"Python {platform.python_version()}",
+                    threads=args.threads, seeds=seeds, budget=budget, target=args.target,
+                    total_min=(time.time() - t0) / 60, contention=args.contention)
+        if args.update:   # replace the re-run arms' records in a saved result
+            with open(args.update) as f:
+                old = json.load(f)
+            records = H.merge_records(old["records"], records)
+            meta = dict(old["meta"], updated=f"{meta['date']}: {', '.join(a.key for a in arms)} re-run with a "
+                        f"{budget:g} s cap ({meta['contention'] or 'no note'})")
+            if not args.out_dir:
+                out_dir = os.path.dirname(os.path.abspath(args.update))
+    os.makedirs(out_dir, exist_ok=True)
+    md = build_report([r for r in records if "mujoco" not in r["key"]], meta)
+    muj = [r for r in records if "mujoco" in r["key"]]
+    if muj:
+        md += "\n## HalfCheetah-v5 (>= 3000)\n\n" + H.learn_table(H.aggregate_learn(muj)) + "\n"
+    with open(os.path.join(out_dir, NAME + ".md"), "w") as f:
+        f.write(md + f"\n![curves]({NAME}.png)\n")
+    plot([r for r in records if "mujoco" not in r["key"]], os.path.join(out_dir, NAME + ".png"), args.target
+         if not args.replot else meta["target"], f"Pendulum to {meta['target']:g}: PQL vs baselines and peers")
+    if not args.replot:
+        H.save_json(os.path.join(out_dir, NAME + ".json"), dict(meta=meta, records=records))
+    print(md, flush=True)
+
+
+if __name__ == "__main__":
+    main()

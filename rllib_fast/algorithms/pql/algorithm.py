@@ -1,0 +1,314 @@
+"""PQL (concurrent Actor / V-learner / P-learner) and its sequential
+baselines DDPGN and SACN, as registered RLlib algorithms.
+
+All three share the roles of ``components.py``. DDPGN/SACN run them in one
+loop: per vectorised env step exactly ``beta_av`` critic updates and one
+policy update per ``beta_pv`` critic updates (the paper's ``update_times``),
+sharing networks, replay and statistics; they are deterministic and resume
+bit-exactly. PQL runs the learners concurrently (``backend``: threads or Ray
+actors), keeps each role's own copies and holds the speed ratios with a
+:class:`~rllib_fast.core.ratio.RatioController`; the interleaving depends on
+the OS scheduler, so a resumed run continues from the saved state but not
+bit-identically (``RESUME_EXACT = False``).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict
+
+import numpy as np
+import torch
+from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED,
+                                     NUM_ENV_STEPS_TRAINED_LIFETIME)
+from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+from ...core.algorithm import FastAlgorithm
+from ...core.ratio import RatioController
+from .components import ActorRole, CriticLearner, Dims, LiveParams, PolicyLearner, make_critic
+from .config import DDPGNConfig, PQLConfig, SACNConfig
+from .nets import load_snapshot, snapshot
+
+POLICY = "default_policy"
+
+
+class _StateAdapter:
+    """Gives ``stateful_components`` an object with state_dict/load_state_dict."""
+
+    def __init__(self, get, set_):
+        self.state_dict, self.load_state_dict = get, set_
+
+
+class _PQLFamily(FastAlgorithm):
+    RESUME_EXACT = True
+
+    # -- construction ----------------------------------------------------------------
+    def build(self) -> None:
+        cfg, env = self.config, self.env
+        if env.is_discrete:
+            raise TypeError(f"{type(self).__name__} needs a continuous (Box) action space; env {cfg.env!r} has "
+                            f"{env.single_action_space}")
+        space = env.single_action_space
+        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            raise TypeError(f"{type(self).__name__} needs a bounded action space; env {cfg.env!r} has {space}")
+        self.dims = Dims(int(np.prod(env.obs_shape)), int(np.prod(space.shape)))
+        self.live = LiveParams.from_config(cfg)
+        self.capacity = cfg.resolved_buffer_size(self.dims.obs_dim, self.dims.act_dim)
+        self.learning_starts = cfg.resolved_learning_starts()
+        self.actor = ActorRole(cfg, self.dims, env.num_envs, self.device, space.low, space.high)
+        self.build_roles()
+
+    def build_roles(self) -> None:
+        raise NotImplementedError("abstract: _PQLFamily.build_roles")
+
+    def get_module(self, module_id: str = POLICY):
+        return self.actor.policy
+
+    def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
+        obs = obs.reshape(obs.shape[0], -1)
+        return self.actor.to_env(self.actor.act(obs, explore))
+
+    def apply_live_hyperparameters(self) -> None:
+        self.live.update_from(self.config)
+
+    def _close_data_parallel(self) -> None:
+        # FastAlgorithm calls this before a PBT rebuild and at cleanup: stop our workers too
+        super()._close_data_parallel()
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+            self.backend = None
+
+    @torch.no_grad()
+    def _act_step(self):
+        """One vectorised Actor step; returns the finished n-step transitions (or None)."""
+        obs = self.obs.reshape(self.obs.shape[0], -1)
+        a = self.actor.act(obs)
+        step = self.env.step(self.actor.to_env(a).reshape(-1, *self.env.action_shape))
+        batch = self.actor.observe(obs, a, step._replace(final_obs=step.final_obs.reshape(obs.shape[0], -1)))
+        self.tracker.update(step.reward, step.done, step.valid)
+        self.obs = step.obs
+        return batch
+
+    def _log(self, env_steps: int, n_critic: float, n_policy: float, critic_m: torch.Tensor,
+             policy_m: torch.Tensor) -> None:
+        cfg = self.config
+        self.log_env_steps(env_steps * self.env.num_envs)
+        self.tracker.log_to(self.metrics)
+        trained = int(n_critic) * cfg.resolved_batch_size()
+        m = self.metrics
+        m.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), trained, reduce="lifetime_sum")
+        m.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), trained, reduce="sum")
+        m.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, trained, reduce="lifetime_sum")
+        L = (LEARNER_RESULTS, POLICY)
+        if n_critic:
+            m.log_value(L + ("critic_loss",), float(critic_m[0]) / n_critic, window=1)
+            m.log_value(L + ("q_mean",), float(critic_m[1]) / n_critic, window=1)
+        if n_policy:
+            m.log_value(L + ("policy_loss",), float(policy_m[0]) / n_policy, window=1)
+            m.log_value(L + ("entropy" if cfg.policy_learner == "sac" else "abs_action_mean",),
+                        float(policy_m[1]) / n_policy, window=1)
+        m.log_value(L + ("num_critic_updates",), n_critic, window=1)
+        m.log_value(L + ("num_policy_updates",), n_policy, window=1)
+        m.log_value(L + ("beta_av_achieved",), n_critic / max(1, env_steps), window=1)
+        m.log_value(L + ("beta_pv_achieved",), n_critic / n_policy if n_policy else float("nan"), window=1)
+        m.log_value(L + ("replay_bytes",), self.replay_bytes, window=1)
+        m.log_value(L + ("curr_lr",), self.live.lr, window=1)
+
+    def _networks(self) -> Dict[str, Any]:
+        """The learners' networks as modules too (generic tools inspect nn.Module components;
+        loading them again after the role states is idempotent)."""
+        return {"policy_net": self.p.policy, "critic_net": self.v.critic, "critic_target_net": self.v.target}
+
+    def _state(self, learner, with_replay_ok: bool = True):
+        return _StateAdapter(lambda: learner.state_dict(self.config.checkpoint_replay and with_replay_ok),
+                             learner.load_state_dict)
+
+
+class _Sequential(_PQLFamily):
+    """DDPG(n)/SAC(n): the same roles, one loop, shared networks."""
+
+    RESUME_EXACT = True
+
+    def build_roles(self) -> None:
+        cfg, dev, N = self.config, self.device, self.env.num_envs
+        policy = self.actor.policy
+        self.v = CriticLearner(cfg, self.dims, dev, self.live, N, self.capacity, policy=policy,
+                               stats_fn=self.actor.stats)
+        self.p = PolicyLearner(cfg, self.dims, dev, self.live, N, self.capacity, policy=policy,
+                               critic=self.v.critic, replay=self.v.replay, stats_fn=self.actor.stats,
+                               shared_critic=True)
+        self.replay_bytes = self.v.replay.nbytes
+        self.update_credit = 0.0
+        self.policy_credit = 0.0
+
+    def stateful_components(self) -> Dict[str, Any]:
+        return {**super().stateful_components(), "actor": self.actor, "v": self._state(self.v),
+                "p": self._state(self.p, with_replay_ok=False), **self._networks()}
+
+    def extra_state(self) -> Dict[str, Any]:
+        return {**super().extra_state(), "update_credit": self.update_credit, "policy_credit": self.policy_credit}
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        super().set_extra_state(state)
+        self.update_credit, self.policy_credit = state["update_credit"], state["policy_credit"]
+
+    def training_step(self) -> None:
+        cfg = self.config
+        n_crit = n_pol = 0
+        for _ in range(cfg.steps_per_iteration):
+            batch = self._act_step()
+            if batch is not None:
+                self.v.add(batch)
+            if self.v.ready():
+                self.update_credit += cfg.beta_av
+                k = int(self.update_credit)
+                self.update_credit -= k
+                for _ in range(k):
+                    self.v.update()
+                    n_crit += 1
+                    self.policy_credit += 1.0 / cfg.beta_pv
+                    if self.policy_credit >= 1.0 - 1e-9:
+                        self.policy_credit -= 1.0
+                        self.p.update()
+                        n_pol += 1
+        self._log(cfg.steps_per_iteration, n_crit, n_pol, self.v.take_metrics(), self.p.take_metrics())
+
+
+class DDPGN(_Sequential):
+    @classmethod
+    def get_default_config(cls) -> DDPGNConfig:
+        return DDPGNConfig()
+
+
+class SACN(_Sequential):
+    @classmethod
+    def get_default_config(cls) -> SACNConfig:
+        return SACNConfig()
+
+
+class PQL(_PQLFamily):
+    """Parallel Q-Learning. ``backend='thread'``: learners are threads of this
+    process sharing tensors; ``backend='ray'``: learners are Ray actors placed
+    by resource bundles."""
+
+    RESUME_EXACT = False   # concurrent interleaving is not reproducible bit for bit
+
+    @classmethod
+    def get_default_config(cls) -> PQLConfig:
+        return PQLConfig()
+
+    @classmethod
+    def default_resource_request(cls, config):
+        pgf = super().default_resource_request(config)
+        cfg = cls.get_default_config().update_from_dict(config if isinstance(config, dict) else config.to_dict())
+        if cfg.backend != "ray":
+            return pgf
+        extra = [{"CPU": cfg.num_cpus_per_pql_learner, "GPU": cfg.num_gpus_per_v_learner},
+                 {"CPU": cfg.num_cpus_per_pql_learner, "GPU": cfg.num_gpus_per_p_learner}]
+        return PlacementGroupFactory(bundles=list(pgf.bundles) + extra, strategy=cfg.placement_strategy)
+
+    def build_roles(self) -> None:
+        cfg, N = self.config, self.env.num_envs
+        self.controller = RatioController(
+            ("actor", "critic", "policy"),
+            [("actor", "critic", 1.0 / cfg.beta_av), ("policy", "critic", 1.0 / cfg.beta_pv)],
+            slack=cfg.resolved_slack(), depth=cfg.resolved_depth(), window_s=cfg.ratio_window_s,
+            max_wait_s=cfg.max_wait_s)
+        if cfg.backend == "thread":
+            from .thread_backend import ThreadBackend
+
+            vdev = self.device if cfg.v_learner_device == "auto" else torch.device(cfg.v_learner_device)
+            pdev = self.device if cfg.p_learner_device == "auto" else torch.device(cfg.p_learner_device)
+            self.v = CriticLearner(cfg, self.dims, vdev, self.live, N, self.capacity)
+            self.p = PolicyLearner(cfg, self.dims, pdev, self.live, N, self.capacity)
+            load_snapshot(self.p.policy, snapshot(self.actor.policy))
+            load_snapshot(self.v.policy, snapshot(self.actor.policy))
+            load_snapshot(self.p.critic, snapshot(self.v.critic))
+            self.replay_bytes = self.v.replay.nbytes + self.p.replay.nbytes
+            self.backend = ThreadBackend(self)
+        else:
+            from ...core.transition_replay import replay_bytes
+            from .ray_backend import RayBackend
+
+            self.v = self.p = None
+            self.initial_critic = make_critic(cfg, self.dims)
+            v_fields, p_fields = cfg.replay_fields(self.dims.obs_dim, self.dims.act_dim)
+            cap = (self.capacity // N) * N
+            self.replay_bytes = replay_bytes(cap, v_fields) + replay_bytes(cap, p_fields)
+            self.backend = RayBackend(self)
+
+    # -- checkpoints -----------------------------------------------------------------
+    def stateful_components(self) -> Dict[str, Any]:
+        out = {**super().stateful_components(), "actor": self.actor, "controller": self.controller}
+        if self.config.backend == "thread":
+            out.update(v=self._state(self.v), p=self._state(self.p), **self._networks())
+        else:
+            be = lambda: self.backend  # noqa: E731 - the backend object changes on rebuild
+            for key, role in (("v", "critic"), ("p", "policy")):
+                out[key] = _StateAdapter(
+                    (lambda r: lambda: be().get_state(r, self.config.checkpoint_replay))(role),
+                    (lambda r: lambda s: be().set_state(r, s))(role))
+        return out
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        super().set_state(state)
+        if self.config.backend == "thread":
+            load_snapshot(self.actor.policy, snapshot(self.p.policy))
+            self.backend.policy_box.put(snapshot(self.p.policy))
+            self.backend.critic_box.put(snapshot(self.v.critic))
+        else:
+            self.backend.pause()
+
+    def apply_live_hyperparameters(self) -> None:
+        super().apply_live_hyperparameters()
+        if self.config.backend == "ray" and getattr(self, "backend", None) is not None:
+            self.backend.set_live(self.live)
+
+    # -- one iteration -----------------------------------------------------------------
+    def training_step(self) -> None:
+        cfg, ctl, be = self.config, self.controller, self.backend
+        ray_mode = cfg.backend == "ray"
+        s0, t0 = ctl.stats(), time.perf_counter()
+        be.resume()
+        try:
+            for _ in range(cfg.steps_per_iteration):
+                if ctl.armed:
+                    be.gate_actor() if ray_mode else ctl.gate("actor")
+                be.sync_actor()
+                batch = self._act_step()
+                if batch is not None:
+                    be.push(batch, self._stats_copy())
+                ctl.tick("actor")
+                if not ctl.armed and self.actor.emitted >= self.learning_starts:
+                    ctl.arm()
+            # end balanced: the learners finish the work this iteration's env steps owe
+            be.wait_caught_up()
+        finally:
+            be.pause()
+        elapsed = max(1e-9, time.perf_counter() - t0)
+        s1 = ctl.stats()
+        d = {k: s1["counts"][k] - s0["counts"][k] for k in s1["counts"]}
+        if ray_mode:
+            critic_m, policy_m = be.take_metrics("critic"), be.take_metrics("policy")
+            waited = {"actor": s1["waited_s"]["actor"] - s0["waited_s"]["actor"]}
+        else:
+            critic_m, policy_m = self.v.take_metrics(), self.p.take_metrics()
+            waited = {k: s1["waited_s"][k] - s0["waited_s"][k] for k in s1["waited_s"]}
+        self._log(int(d["actor"]), d["critic"], d["policy"], critic_m, policy_m)
+        L = (LEARNER_RESULTS, POLICY)
+        for k, w in waited.items():
+            self.metrics.log_value(L + (f"{k}_wait_fraction",), w / elapsed, window=1)
+        overrides = be.remote_overrides if ray_mode else s1["overrides"]
+        self.metrics.log_value(L + ("wait_overrides",), float(sum(overrides.values())), window=1)
+        self.metrics.log_value(L + ("ratio_control_armed",), float(ctl.armed), window=1)
+        rates = ctl.window_rates()
+        for k, v in rates.items():
+            self.metrics.log_value(L + (f"{k}_rate_per_s",), v, window=1)
+        if rates["actor"] > 0 and rates["policy"] > 0:
+            self.metrics.log_value(L + ("beta_av_window",), rates["critic"] / rates["actor"], window=1)
+            self.metrics.log_value(L + ("beta_pv_window",), rates["critic"] / rates["policy"], window=1)
+
+    def _stats_copy(self):
+        s = self.actor.stats()
+        return None if s is None else (s[0].clone(), s[1].clone())
+

@@ -1,0 +1,348 @@
+"""The three roles of PQL as plain objects, used by every back-end.
+
+* :class:`ActorRole` — acting: local policy, mixed exploration noise, the
+  running observation statistics (it owns them) and n-step aggregation on its
+  device. It produces ready transitions for the learners.
+* :class:`CriticLearner` (V-learner) — transition replay, twin critics and
+  their targets, a local copy of the policy π_v for the target action, the
+  clipped double-Q n-step target with target-policy smoothing.
+* :class:`PolicyLearner` (P-learner) — states-only replay, the policy, and a
+  (frozen) copy of the critic; maximises min(Q1, Q2)(s, π(s)) (or SAC's
+  objective).
+
+The sequential baselines (DDPGN/SACN) pass the *same* policy, critic, replay
+and statistics objects to all three, so they need no synchronisation; PQL
+gives each role its own copies and moves snapshots between them (threads:
+shared memory; Ray: the object store). Learners read live hyperparameters
+(lr, tau, grad clip) from a shared :class:`LiveParams`, so PBT can change them
+without a rebuild.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+from torch.nn import functional as F
+
+from ...core.normalize import RunningMeanStd
+from ...core.nstep import NStepAggregator
+from ...core.transition_replay import TransitionReplay
+from .nets import DoubleQ, build_policy
+from .targets import (clipped_double_q_target, decayed_sigma, distributional_double_q_target, mixed_sigma,
+                      smoothed_target_action)
+
+Stats = Tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class LiveParams:
+    lr: float
+    actor_lr: float
+    tau: float
+    grad_clip: Optional[float]
+
+    @classmethod
+    def from_config(cls, cfg) -> "LiveParams":
+        return cls(cfg.lr, cfg.actor_lr or cfg.lr, cfg.tau, cfg.grad_clip)
+
+    def update_from(self, cfg) -> None:
+        self.lr, self.actor_lr, self.tau, self.grad_clip = cfg.lr, cfg.actor_lr or cfg.lr, cfg.tau, cfg.grad_clip
+
+
+@dataclass(frozen=True)
+class Dims:
+    obs_dim: int
+    act_dim: int
+
+
+def normalize_obs(obs: torch.Tensor, stats: Optional[Stats], clip: float) -> torch.Tensor:
+    """Normalise with the given (mean, var), clamped to ±clip; identity when
+    normalisation is off (``stats`` None)."""
+    if stats is None:
+        return obs
+    mean, var = stats
+    return ((obs - mean.to(obs.dtype)) / torch.sqrt(var.to(obs.dtype) + 1e-8)).clamp(-clip, clip)
+
+
+def make_policy(cfg, dims: Dims):
+    return build_policy(cfg.policy_learner, dims.obs_dim, dims.act_dim, cfg.resolved_hidden(dims.obs_dim),
+                        cfg.activation, cfg.sac_log_std_bounds, cfg.sac_init_alpha)
+
+
+def make_critic(cfg, dims: Dims) -> DoubleQ:
+    atoms = cfg.num_atoms if cfg.distributional else 1
+    return DoubleQ(dims.obs_dim, dims.act_dim, cfg.resolved_hidden(dims.obs_dim), cfg.activation, atoms,
+                   cfg.v_min, cfg.v_max)
+
+
+def _adamw(params, lr, wd):
+    return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+
+
+# ---------------------------------------------------------------------------
+# Actor
+# ---------------------------------------------------------------------------
+class ActorRole:
+    def __init__(self, cfg, dims: Dims, num_envs: int, device: torch.device, act_low, act_high, policy=None,
+                 env_offset: int = 0, total_envs: Optional[int] = None):
+        self.cfg, self.dims, self.device, self.N = cfg, dims, device, num_envs
+        self.policy = policy if policy is not None else make_policy(cfg, dims).to(device)
+        self.rms = RunningMeanStd((dims.obs_dim,), clip=cfg.obs_clip).to(device)
+        self.act_low = torch.as_tensor(act_low, dtype=torch.float32, device=device).reshape(-1)
+        self.act_high = torch.as_tensor(act_high, dtype=torch.float32, device=device).reshape(-1)
+        self.aggregator = NStepAggregator(num_envs, cfg.n_step, cfg.gamma, (dims.obs_dim,), (dims.act_dim,), device)
+        # σ per env slot over the global env index (fixed across resets)
+        self.sigma_table = mixed_sigma(num_envs, cfg.noise_std_min, cfg.noise_std_max, env_offset,
+                                       total_envs or num_envs, device)
+        self.steps = 0          # vectorised steps taken (host int)
+        self.emitted = 0        # transitions emitted to the learners (host int)
+
+    def stats(self) -> Optional[Stats]:
+        return (self.rms.mean, self.rms.var) if self.cfg.obs_norm else None
+
+    def sigma(self) -> torch.Tensor:
+        """Exploration std per env, ``[N, 1]``."""
+        cfg = self.cfg
+        if cfg.noise_type == "mixed":
+            return self.sigma_table.unsqueeze(1)
+        s = decayed_sigma(cfg.noise_std, cfg.noise_decay, self.steps, cfg.noise_decay_rate, cfg.noise_decay_steps,
+                          cfg.noise_std_min)
+        return torch.full((self.N, 1), s, device=self.device)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
+        """Policy-unit actions in [-1, 1]."""
+        if explore and self.steps < self.cfg.warmup_steps:
+            return torch.rand((obs.shape[0], self.dims.act_dim), device=self.device) * 2.0 - 1.0
+        obs_n = normalize_obs(obs.float(), self.stats(), self.cfg.obs_clip)
+        if getattr(self.policy, "stochastic", False):
+            return self.policy.act(obs_n, deterministic=not explore)
+        a = self.policy(obs_n)
+        if explore:
+            a = (a + torch.randn_like(a) * self.sigma()[:obs.shape[0]]).clamp(-1.0, 1.0)
+        return a
+
+    def to_env(self, a: torch.Tensor) -> torch.Tensor:
+        return self.act_low + (a.clamp(-1.0, 1.0) + 1.0) * 0.5 * (self.act_high - self.act_low)
+
+    @torch.no_grad()
+    def observe(self, obs: torch.Tensor, action: torch.Tensor, step) -> Optional[Dict[str, torch.Tensor]]:
+        """Account one env step; returns the finished n-step transitions (or None)."""
+        if self.cfg.obs_norm:
+            self.rms.update(step.final_obs.float(), mask=step.valid)
+        out = self.aggregator.push(obs.float(), action, step.reward.float() * self.cfg.reward_scale,
+                                   step.terminated, step.truncated, step.final_obs.float(), step.valid)
+        self.steps += 1
+        if out is not None:
+            self.emitted += self.N
+        return out
+
+    def state_dict(self) -> Dict[str, object]:
+        return {"policy": self.policy.state_dict(), "rms": self.rms.state_dict(),
+                "aggregator": self.aggregator.state_dict(), "steps": self.steps, "emitted": self.emitted}
+
+    def load_state_dict(self, s: Dict[str, object]) -> None:
+        self.policy.load_state_dict(s["policy"])
+        self.rms.load_state_dict(s["rms"])
+        self.aggregator.load_state_dict(s["aggregator"])
+        self.steps, self.emitted = int(s["steps"]), int(s["emitted"])
+
+
+# ---------------------------------------------------------------------------
+# V-learner
+# ---------------------------------------------------------------------------
+class CriticLearner:
+    def __init__(self, cfg, dims: Dims, device: torch.device, live: LiveParams, rows_per_add: int,
+                 capacity: int, policy=None, critic=None, replay: Optional[TransitionReplay] = None,
+                 stats_fn: Optional[Callable[[], Optional[Stats]]] = None):
+        self.cfg, self.dims, self.device, self.live = cfg, dims, device, live
+        self.critic = critic if critic is not None else make_critic(cfg, dims).to(device)
+        self.target = copy.deepcopy(self.critic).requires_grad_(False)
+        # π_v: the latest synced policy (no target actor, as the reference code)
+        self.policy = policy if policy is not None else make_policy(cfg, dims).to(device).requires_grad_(False)
+        if replay is None:
+            v_fields, _ = cfg.replay_fields(dims.obs_dim, dims.act_dim)
+            replay = TransitionReplay(capacity, rows_per_add, v_fields, device)
+        self.replay = replay
+        self.optimizer = _adamw(self.critic.parameters(), live.lr, cfg.weight_decay)
+        self._stats: Optional[Stats] = None
+        self.stats_fn = stats_fn or (lambda: self._stats)
+        self.batch_size = cfg.resolved_batch_size()
+        self.learning_starts = cfg.resolved_learning_starts()
+        self.updates = 0
+        self.loss_sum = torch.zeros(2, device=device)    # (sum of losses, sum of Q) since last read
+
+    def set_stats(self, stats: Optional[Stats]) -> None:
+        self._stats = None if stats is None else (stats[0].to(self.device), stats[1].to(self.device))
+
+    def ready(self) -> bool:
+        return len(self.replay) >= self.learning_starts
+
+    def add(self, batch: Dict[str, torch.Tensor]) -> None:
+        self.replay.add({k: batch[k] for k in self.replay.data})
+
+    def update(self) -> None:
+        cfg, live = self.cfg, self.live
+        b = self.replay.sample(self.batch_size)
+        stats, clip = self.stats_fn(), cfg.obs_clip
+        obs, nxt = normalize_obs(b["obs"], stats, clip), normalize_obs(b["next_obs"], stats, clip)
+        w = b["valid"].float()
+        with torch.no_grad():
+            if getattr(self.policy, "stochastic", False):
+                a_next, logp = self.policy.sample(nxt)
+                bonus = -self.policy.log_alpha.exp() * logp
+            else:
+                a_next = smoothed_target_action(self.policy(nxt), cfg.target_noise, cfg.target_noise_clip)
+                bonus = None
+            if cfg.distributional:
+                l1, l2 = self.target.heads(nxt, a_next)
+                ret = b["reward"] if bonus is None else b["reward"] + b["discount"] * bonus
+                target = distributional_double_q_target(ret, b["discount"], l1, l2, self.target.support)
+            else:
+                t1, t2 = self.target.q(nxt, a_next)
+                target = clipped_double_q_target(b["reward"], b["discount"], t1, t2, bonus)
+        h1, h2 = self.critic.heads(obs, b["action"])
+        if cfg.distributional:
+            per = -(target * F.log_softmax(h1, -1)).sum(-1) - (target * F.log_softmax(h2, -1)).sum(-1)
+            q_mean = (F.softmax(h1.detach(), -1) * self.critic.support).sum(-1)
+        else:
+            per = (h1 - target).pow(2) + (h2 - target).pow(2)
+            q_mean = h1.detach()
+        loss = (w * per).sum() / w.sum().clamp_min(1.0)
+        for g in self.optimizer.param_groups:
+            g["lr"] = live.lr
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if live.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), live.grad_clip, foreach=True)
+        self.optimizer.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.target.parameters()), list(self.critic.parameters()), live.tau)
+            self.loss_sum += torch.stack([loss.detach(), q_mean.mean()])
+        self.updates += 1
+
+    def take_metrics(self) -> torch.Tensor:
+        out = self.loss_sum.clone()
+        self.loss_sum.zero_()
+        return out
+
+    def state_dict(self, with_replay: bool = False) -> Dict[str, object]:
+        s = {"critic": self.critic.state_dict(), "target": self.target.state_dict(),
+             "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+             "updates": self.updates, "stats": self._stats}
+        if with_replay:
+            s["replay"] = self.replay.state_dict()
+        return s
+
+    def load_state_dict(self, s: Dict[str, object]) -> None:
+        self.critic.load_state_dict(s["critic"])
+        self.target.load_state_dict(s["target"])
+        self.policy.load_state_dict(s["policy"])
+        self.optimizer.load_state_dict(s["optimizer"])
+        self.updates = int(s["updates"])
+        if s.get("stats") is not None:
+            self.set_stats(s["stats"])
+        if "replay" in s:
+            self.replay.load_state_dict(s["replay"])
+
+
+# ---------------------------------------------------------------------------
+# P-learner
+# ---------------------------------------------------------------------------
+class PolicyLearner:
+    def __init__(self, cfg, dims: Dims, device: torch.device, live: LiveParams, rows_per_add: int,
+                 capacity: int, policy=None, critic=None, replay: Optional[TransitionReplay] = None,
+                 stats_fn: Optional[Callable[[], Optional[Stats]]] = None, shared_critic: bool = False):
+        self.cfg, self.dims, self.device, self.live = cfg, dims, device, live
+        self.policy = policy if policy is not None else make_policy(cfg, dims).to(device)
+        self.critic = critic if critic is not None else make_critic(cfg, dims).to(device)
+        self.shared_critic = shared_critic
+        if not shared_critic:
+            self.critic.requires_grad_(False)
+        if replay is None:
+            _, p_fields = cfg.replay_fields(dims.obs_dim, dims.act_dim)
+            replay = TransitionReplay(capacity, rows_per_add, p_fields, device)
+        self.replay = replay
+        self.sac = getattr(self.policy, "stochastic", False)
+        net_params = [p for n, p in self.policy.named_parameters() if n != "log_alpha"]
+        self.optimizer = _adamw(net_params, live.actor_lr, cfg.weight_decay)
+        self.net_params = net_params
+        if self.sac:
+            self.alpha_optimizer = torch.optim.Adam([self.policy.log_alpha], lr=cfg.sac_alpha_lr)
+            self.target_entropy = (-float(dims.act_dim) if cfg.sac_target_entropy == "auto"
+                                   else float(cfg.sac_target_entropy))
+        self._stats: Optional[Stats] = None
+        self.stats_fn = stats_fn or (lambda: self._stats)
+        self.batch_size = cfg.resolved_batch_size()
+        self.learning_starts = cfg.resolved_learning_starts()
+        self.updates = 0
+        self.loss_sum = torch.zeros(2, device=device)
+
+    set_stats = CriticLearner.set_stats
+    ready = CriticLearner.ready
+    take_metrics = CriticLearner.take_metrics
+
+    def add(self, batch: Dict[str, torch.Tensor]) -> None:
+        self.replay.add({k: batch[k] for k in self.replay.data})
+
+    def update(self) -> None:
+        cfg, live = self.cfg, self.live
+        b = self.replay.sample(self.batch_size, keys=("obs", "valid"))
+        obs = normalize_obs(b["obs"], self.stats_fn(), cfg.obs_clip)
+        w = b["valid"].float()
+        wsum = w.sum().clamp_min(1.0)
+        frozen = list(self.critic.parameters()) if self.shared_critic else []
+        for p in frozen:
+            p.requires_grad_(False)
+        try:
+            if self.sac:
+                a, logp = self.policy.sample(obs)
+                q1, q2 = self.critic.q(obs, a)
+                alpha = self.policy.log_alpha.exp().detach()
+                loss = (w * (alpha * logp - torch.minimum(q1, q2))).sum() / wsum
+            else:
+                a = self.policy(obs)
+                q1, q2 = self.critic.q(obs, a)
+                loss = -(w * torch.minimum(q1, q2)).sum() / wsum
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
+        for g in self.optimizer.param_groups:
+            g["lr"] = live.actor_lr
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if live.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.net_params, live.grad_clip, foreach=True)
+        self.optimizer.step()
+        if self.sac:
+            alpha_loss = -(self.policy.log_alpha * (w * (logp.detach() + self.target_entropy)).sum() / wsum)
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_optimizer.step()
+        with torch.no_grad():
+            ent = -logp.detach().mean() if self.sac else a.detach().abs().mean()
+            self.loss_sum += torch.stack([loss.detach(), ent])
+        self.updates += 1
+
+    def state_dict(self, with_replay: bool = False) -> Dict[str, object]:
+        s = {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
+             "optimizer": self.optimizer.state_dict(), "updates": self.updates, "stats": self._stats}
+        if self.sac:
+            s["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+        if with_replay:
+            s["replay"] = self.replay.state_dict()
+        return s
+
+    def load_state_dict(self, s: Dict[str, object]) -> None:
+        self.policy.load_state_dict(s["policy"])
+        self.critic.load_state_dict(s["critic"])
+        self.optimizer.load_state_dict(s["optimizer"])
+        if self.sac and "alpha_optimizer" in s:
+            self.alpha_optimizer.load_state_dict(s["alpha_optimizer"])
+        self.updates = int(s["updates"])
+        if s.get("stats") is not None:
+            self.set_stats(s["stats"])
+        if "replay" in s:
+            self.replay.load_state_dict(s["replay"])

@@ -1,0 +1,282 @@
+"""Hyperparameters of PQL and its sequential baselines DDPGN / SACN.
+
+Defaults are the paper's and the released code's (Li et al. 2023; digest §1.B),
+with the sizes that only make sense for 4096 GPU envs resolved by ``"auto"``
+from the env's size: ``batch_size`` = 2·N clamped to [256, 8192] (the paper's
+8192 at N = 4096), ``buffer_size`` = 1221·N (the paper's 5M at 4096) clamped to
+[50k, 5M] and capped by ``max_replay_bytes``, ``hidden_sizes`` = the paper's
+[512, 256, 128] for observations of 16+ dims and [128, 128] for tiny ones.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from ...core.algorithm import FastConfig
+from ...core.nets import ACTIVATIONS
+from ...core.params import POSITIVE_INT_LIST, Param
+from ...core.transition_replay import replay_bytes
+
+
+def _auto_or_pos_int(v) -> bool:
+    return v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+
+
+def _auto_or_int_list(v) -> bool:
+    return v == "auto" or POSITIVE_INT_LIST[0](v)
+
+
+AUTO_INT = (_auto_or_pos_int, "'auto' or a positive int")
+AUTO_LIST = (_auto_or_int_list, "'auto' or a non-empty list of positive ints")
+
+
+class PQLFamilyConfig(FastConfig):
+    """Shared by PQL (concurrent), DDPGN and SACN (sequential)."""
+
+    HYPERPARAMETERS = {
+        "gamma": Param(0.99, "discount factor (not live: it is folded into stored n-step returns)",
+                       low=0.0, high=1.0),
+        "steps_per_iteration": Param(100, "vectorised Actor steps per training iteration", (int,), low=1),
+        "batch_size": Param("auto", "transitions per update ('auto': 2*num_envs in [256, 8192]; paper 8192)",
+                            (str, int), check=AUTO_INT),
+        "buffer_size": Param("auto", "replay capacity in transitions ('auto': 1221*num_envs in [50k, 5M], "
+                             "capped by max_replay_bytes; paper 5M)", (str, int), check=AUTO_INT),
+        "max_replay_bytes": Param("auto", "bytes the replays may use ('auto': half the free GPU memory, or a "
+                                  "quarter of the host RAM on CPU); a larger explicit buffer_size fails validation",
+                                  (str, int), check=AUTO_INT),
+        "n_step": Param(3, "n-step returns (windows cut at terminations and truncations)", (int,), low=1),
+        "tau": Param(0.05, "soft target update per critic update", low=0.0, high=1.0, low_open=True, live=True),
+        "actor_lr": Param(None, "policy learning rate (None: `lr`)", low=0.0, low_open=True, optional=True,
+                          live=True),
+        "weight_decay": Param(0.01, "AdamW weight decay (PyTorch's default, as the reference code)", low=0.0),
+        "hidden_sizes": Param("auto", "MLP sizes of policy and critics ('auto': [512, 256, 128] for obs_dim >= 16, "
+                              "else [128, 128])", (str, list, tuple), check=AUTO_LIST),
+        "activation": Param("elu", "hidden activation", (str,), choices=tuple(ACTIVATIONS)),
+        "obs_norm": Param(True, "normalise observations with the Actor's running statistics at sample time",
+                          (bool,)),
+        "obs_clip": Param(5.0, "clamp normalised observations to +-obs_clip", low=0.0, low_open=True),
+        "reward_scale": Param(1.0, "multiply rewards before storing", low=0.0, low_open=True),
+        "warmup_steps": Param(32, "vectorised steps of uniform random actions before the policy acts", (int,),
+                              low=0),
+        "learning_starts": Param("auto", "stored transitions before learning ('auto': batch_size)", (str, int),
+                                 check=AUTO_INT),
+        "noise_type": Param("mixed", "exploration noise: per-env sigma spread or one sigma", (str,),
+                            choices=("mixed", "fixed")),
+        "noise_std_min": Param(0.05, "mixed noise: sigma of env 0 (and the floor of decay schedules)", low=0.0),
+        "noise_std_max": Param(0.8, "mixed noise: sigma of the last env", low=0.0),
+        "noise_std": Param(0.4, "fixed noise sigma", low=0.0),
+        "noise_decay": Param(None, "fixed noise schedule over vectorised steps", (str,), choices=(None, "exp", "linear"),
+                             optional=True),
+        "noise_decay_rate": Param(0.99, "'exp' schedule factor per vectorised step", low=0.0, high=1.0),
+        "noise_decay_steps": Param(10_000, "'linear' schedule length in vectorised steps", (int,), low=1),
+        "target_noise": Param(0.8, "target-policy smoothing std", low=0.0),
+        "target_noise_clip": Param(0.2, "target-policy smoothing clip", low=0.0),
+        "beta_av": Param(8.0, "critic updates per vectorised env step (beta_a:v = 1:beta_av)", low=0.0,
+                         low_open=True),
+        "beta_pv": Param(2.0, "critic updates per policy update (beta_p:v = 1:beta_pv)", low=0.0, low_open=True),
+        "distributional": Param(False, "PQL-D: C51 critic heads (off by default; not the paper's method)", (bool,)),
+        "num_atoms": Param(51, "PQL-D atoms", (int,), low=3),
+        "v_min": Param(-10.0, "PQL-D support minimum"),
+        "v_max": Param(10.0, "PQL-D support maximum"),
+        "policy_learner": Param("ddpg", "policy learner: deterministic (DDPG/TD3-style) or SAC", (str,),
+                                choices=("ddpg", "sac")),
+        "sac_alpha_lr": Param(0.005, "SAC temperature learning rate", low=0.0, low_open=True),
+        "sac_init_alpha": Param(0.1, "SAC initial temperature", low=0.0, low_open=True),
+        "sac_target_entropy": Param("auto", "SAC target entropy ('auto': -action_dim)", (str, float),
+                                    check=(lambda v: v == "auto" or isinstance(v, (int, float)),
+                                           "'auto' or a number")),
+        "sac_log_std_bounds": Param([-5.0, 2.0], "SAC log-std range", (list, tuple),
+                                    check=(lambda v: len(v) == 2 and v[0] < v[1], "[low, high] with low < high")),
+        "checkpoint_replay": Param(False, "store the replay buffers in checkpoints", (bool,)),
+    }
+
+    def __init__(self, algo_class=None):
+        super().__init__(algo_class=algo_class)
+        self.lr = 5e-4
+        self.grad_clip = 0.5
+        self.num_envs = 64
+        self.min_sample_timesteps_per_iteration = 0
+        self.min_time_s_per_iteration = None
+        self.min_train_timesteps_per_iteration = 0
+
+    # -- resolution of "auto" -----------------------------------------------------
+    def resolved_batch_size(self) -> int:
+        return self.batch_size if self.batch_size != "auto" else int(min(8192, max(256, 2 * self.num_envs)))
+
+    def resolved_hidden(self, obs_dim: int) -> list:
+        if self.hidden_sizes != "auto":
+            return list(self.hidden_sizes)
+        return [512, 256, 128] if obs_dim >= 16 else [128, 128]
+
+    def resolved_learning_starts(self) -> int:
+        return self.resolved_batch_size() if self.learning_starts == "auto" else int(self.learning_starts)
+
+    def resolved_max_replay_bytes(self) -> int:
+        if self.max_replay_bytes != "auto":
+            return int(self.max_replay_bytes)
+        dev = self.resolved_device()
+        if dev.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(dev)
+            return int(free // 2)
+        try:
+            return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
+        except (ValueError, OSError, AttributeError):
+            return 4 << 30
+
+    def replay_fields(self, obs_dim: int, act_dim: int) -> Tuple[Dict, Dict]:
+        """(V-learner fields, P-learner fields) per transition."""
+        f32 = torch.float32
+        v = {"obs": ((obs_dim,), f32), "action": ((act_dim,), f32), "reward": ((), f32),
+             "next_obs": ((obs_dim,), f32), "discount": ((), f32), "valid": ((), torch.bool)}
+        p = {"obs": ((obs_dim,), f32), "valid": ((), torch.bool)}
+        return v, p
+
+    def bytes_per_transition(self, obs_dim: int, act_dim: int) -> int:
+        v, p = self.replay_fields(obs_dim, act_dim)
+        return replay_bytes(1, v) + (replay_bytes(1, p) if self.separate_state_replay else 0)
+
+    separate_state_replay = True   # PQL's P-learner keeps its own states-only replay
+
+    def resolved_buffer_size(self, obs_dim: int, act_dim: int) -> int:
+        if self.buffer_size != "auto":
+            return int(self.buffer_size)
+        want = int(min(5_000_000, max(50_000, 1221 * self.num_envs)))
+        cap = self.resolved_max_replay_bytes() // max(1, self.bytes_per_transition(obs_dim, act_dim))
+        return max(self.num_envs, min(want, cap))
+
+    # -- validation --------------------------------------------------------------
+    def validate_algorithm(self) -> None:
+        name = type(self).__name__
+        if self.noise_std_min > self.noise_std_max:
+            self._value_error(f"{name}: `noise_std_min` = {self.noise_std_min} must be <= `noise_std_max` = "
+                              f"{self.noise_std_max}")
+        if self.noise_decay is not None and self.noise_type != "fixed":
+            self._value_error(f"{name}: `noise_decay` = {self.noise_decay!r} applies to noise_type='fixed' only; "
+                              f"allowed with noise_type={self.noise_type!r}: None")
+        if self.distributional and not self.v_min < self.v_max:
+            self._value_error(f"{name}: PQL-D needs `v_min` < `v_max`; got {self.v_min}, {self.v_max}")
+        if self.buffer_size != "auto" and self.buffer_size < self.num_envs:
+            self._value_error(f"{name}: `buffer_size` = {self.buffer_size} is smaller than one write of "
+                              f"`num_envs` = {self.num_envs} transitions; allowed: >= {self.num_envs}")
+        if self.buffer_size != "auto":
+            spaces = _probe_spaces(self)
+            if spaces is not None:
+                obs_dim, act_dim = spaces
+                need = self.buffer_size * self.bytes_per_transition(obs_dim, act_dim)
+                cap = self.resolved_max_replay_bytes()
+                if need > cap:
+                    self._value_error(
+                        f"{name}: `buffer_size` = {self.buffer_size} needs {need} bytes of replay "
+                        f"({need / 2**30:.2f} GiB) on {self.resolved_device()}, more than `max_replay_bytes` = "
+                        f"{cap}; allowed: buffer_size <= {cap // self.bytes_per_transition(obs_dim, act_dim)}")
+
+
+def _probe_spaces(cfg) -> Optional[Tuple[int, int]]:
+    """(obs_dim, act_dim) of the configured env, from a 1-env CPU instance
+    (cached per env name/config); None when the env cannot be probed cheaply."""
+    env = cfg.env
+    if not isinstance(env, str):
+        return None
+    try:
+        key = (env, repr(sorted((cfg.env_config or {}).items())))
+    except TypeError:
+        return None
+    if key not in _PROBED:
+        _PROBED[key] = _probe(env, dict(cfg.env_config or {}))
+    return _PROBED[key]
+
+
+_PROBED: Dict[tuple, Optional[Tuple[int, int]]] = {}
+
+
+def _probe(env: str, env_config: dict) -> Optional[Tuple[int, int]]:
+    import numpy as np
+
+    from ...envs import registry as env_registry
+
+    if not env_registry.is_known(env):
+        return None
+    try:
+        inst = env_registry.make_from_context(env, {**env_config, "num_envs": 1, "device": "cpu", "seed": 0})
+    except Exception:  # noqa: BLE001 - validation must not fail because probing failed
+        return None
+    try:
+        obs = int(np.prod(inst.single_observation_space.shape))
+        act = int(np.prod(getattr(inst.single_action_space, "shape", ()) or (1,)))
+    finally:
+        inst.close()
+    return obs, act
+
+
+class PQLConfig(PQLFamilyConfig):
+    """Parallel Q-Learning (Li et al. 2023): Actor, V-learner and P-learner
+    run concurrently; their speeds are held at beta_a:v and beta_p:v by waiting."""
+
+    HYPERPARAMETERS = {
+        "backend": Param("thread", "concurrency: threads in one process sharing tensors, or Ray actors",
+                         (str,), choices=("thread", "ray")),
+        "v_learner_device": Param("auto", "V-learner device ('auto': env_device for threads; under Ray 'cuda' "
+                                  "when the V actor was given a GPU, else 'cpu')", (str,)),
+        "p_learner_device": Param("auto", "P-learner device (as v_learner_device)", (str,)),
+        "num_gpus_per_v_learner": Param(0.0, "Ray back-end: GPUs of the V-learner actor's bundle", low=0.0),
+        "num_gpus_per_p_learner": Param(0.0, "Ray back-end: GPUs of the P-learner actor's bundle", low=0.0),
+        "num_cpus_per_pql_learner": Param(1.0, "Ray back-end: CPUs of each learner actor's bundle", low=0.0),
+        "ratio_window_s": Param(5.0, "time window of the reported achieved rates", low=0.0, low_open=True),
+        "ratio_depth": Param("auto", "how far back (in critic updates) a lead or deficit counts; older history "
+                             "is forgotten ('auto': 4*slack)", (str, float), check=(
+                                 lambda v: v == "auto" or (isinstance(v, (int, float)) and v > 0),
+                                 "'auto' or a positive number")),
+        "ratio_slack": Param("auto", "allowed lead in critic updates before a component waits "
+                             "('auto': 2*beta_av)", (str, float), check=(
+                                 lambda v: v == "auto" or (isinstance(v, (int, float)) and v > 0),
+                                 "'auto' or a positive number")),
+        "max_wait_s": Param(1.0, "longest a component waits for another before proceeding anyway", low=0.0,
+                            low_open=True),
+        "weight_sync_every": Param(2, "updates between weight publications (P->Actor/V, V->P)", (int,), low=1),
+    }
+
+    def __init__(self, algo_class=None):
+        from .algorithm import PQL
+
+        super().__init__(algo_class=algo_class or PQL)
+
+    def resolved_slack(self) -> float:
+        return 2.0 * self.beta_av if self.ratio_slack == "auto" else float(self.ratio_slack)
+
+    def resolved_depth(self) -> float:
+        return 4.0 * self.resolved_slack() if self.ratio_depth == "auto" else float(self.ratio_depth)
+
+    def validate_algorithm(self) -> None:
+        super().validate_algorithm()
+        if self.ratio_slack != "auto" and self.ratio_slack < max(self.beta_av, self.beta_pv):
+            self._value_error(f"{type(self).__name__}: `ratio_slack` = {self.ratio_slack} is smaller than one "
+                              f"Actor step (beta_av = {self.beta_av} critic updates); allowed: >= "
+                              f"{max(self.beta_av, self.beta_pv)}")
+        if self.ratio_depth != "auto" and self.ratio_depth < self.resolved_slack():
+            self._value_error(f"{type(self).__name__}: `ratio_depth` = {self.ratio_depth} must be >= the slack "
+                              f"({self.resolved_slack()}); allowed: 'auto' or >= {self.resolved_slack()}")
+
+
+class DDPGNConfig(PQLFamilyConfig):
+    """DDPG(n): PQL's networks, targets and replay run sequentially:
+    ``beta_av`` critic updates per vectorised env step, a policy update every
+    ``beta_pv`` critic updates (the paper's baseline, update_times = 8)."""
+
+    separate_state_replay = False
+
+    def __init__(self, algo_class=None):
+        from .algorithm import DDPGN
+
+        super().__init__(algo_class=algo_class or DDPGN)
+
+
+class SACNConfig(DDPGNConfig):
+    """SAC(n): as DDPGN with SAC's squashed-Gaussian policy and learned temperature."""
+
+    def __init__(self, algo_class=None):
+        from .algorithm import SACN
+
+        super().__init__(algo_class=algo_class or SACN)
+        self.policy_learner = "sac"

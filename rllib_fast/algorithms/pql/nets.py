@@ -1,0 +1,120 @@
+"""Networks of PQL and its baselines: tanh policies in [-1, 1] action units,
+a twin Q critic on concat(s, a) (scalar or distributional), and SAC's squashed
+Gaussian policy. Inputs are *normalised* observations; normalisation lives
+outside the networks (the Actor owns the statistics, learners apply the
+latest ones at sample time), so networks can be shipped between components
+as plain parameter lists."""
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ...core.nets import mlp
+
+
+class DeterministicPolicy(nn.Module):
+    """a = tanh(MLP(s)) (DDPG/TD3/PQL's actor)."""
+
+    stochastic = False
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], activation: str):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, act_dim, activation, out_gain=0.01)
+
+    def forward(self, obs_n: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(obs_n))
+
+    def act(self, obs_n: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        return self(obs_n)
+
+
+class SquashedGaussianPolicy(nn.Module):
+    """SAC's tanh-squashed diagonal Gaussian with a learned temperature α.
+
+    ``log_alpha`` is a parameter of this module so that publishing the policy
+    also publishes α (the V-learner's target needs both)."""
+
+    stochastic = True
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], activation: str,
+                 log_std_bounds: Tuple[float, float] = (-5.0, 2.0), init_alpha: float = 1.0):
+        super().__init__()
+        self.act_dim = act_dim
+        self.net = mlp(obs_dim, hidden, 2 * act_dim, activation, out_gain=0.01)
+        self.log_std_bounds = log_std_bounds
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
+
+    def sample(self, obs_n: torch.Tensor, deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(action in [-1, 1], log-probability with the tanh correction)."""
+        mean, log_std = self.net(obs_n).chunk(2, dim=-1)
+        lo, hi = self.log_std_bounds
+        log_std = lo + 0.5 * (hi - lo) * (torch.tanh(log_std) + 1.0)
+        u = mean if deterministic else mean + torch.randn_like(mean) * log_std.exp()
+        z = (u - mean) * torch.exp(-log_std)
+        logp = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # log(1 - tanh(u)^2) computed stably
+        logp = logp - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        return torch.tanh(u), logp
+
+    def forward(self, obs_n: torch.Tensor) -> torch.Tensor:
+        return self.sample(obs_n, deterministic=True)[0]
+
+    def act(self, obs_n: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        return self.sample(obs_n, deterministic)[0]
+
+
+class DoubleQ(nn.Module):
+    """Two independent Q MLPs on concat(s, a). With ``num_atoms > 1`` each head
+    outputs logits over a fixed support (PQL-D); ``q()`` returns expectations."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], activation: str,
+                 num_atoms: int = 1, v_min: float = -10.0, v_max: float = 10.0):
+        super().__init__()
+        self.num_atoms = num_atoms
+        self.q1 = mlp(obs_dim + act_dim, hidden, num_atoms, activation)
+        self.q2 = mlp(obs_dim + act_dim, hidden, num_atoms, activation)
+        if num_atoms > 1:
+            self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms))
+
+    def heads(self, obs_n: torch.Tensor, action: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Raw outputs of both heads: ``[B]`` values, or ``[B, K]`` logits."""
+        x = torch.cat([obs_n, action], -1)
+        a, b = self.q1(x), self.q2(x)
+        if self.num_atoms == 1:
+            return a.squeeze(-1), b.squeeze(-1)
+        return a, b
+
+    def q(self, obs_n: torch.Tensor, action: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        a, b = self.heads(obs_n, action)
+        if self.num_atoms == 1:
+            return a, b
+        return (F.softmax(a, -1) * self.support).sum(-1), (F.softmax(b, -1) * self.support).sum(-1)
+
+
+def build_policy(kind: str, obs_dim: int, act_dim: int, hidden, activation: str, log_std_bounds=(-5.0, 2.0),
+                 init_alpha: float = 1.0) -> nn.Module:
+    if kind == "sac":
+        return SquashedGaussianPolicy(obs_dim, act_dim, hidden, activation, tuple(log_std_bounds), init_alpha)
+    return DeterministicPolicy(obs_dim, act_dim, hidden, activation)
+
+
+def tensors(module: nn.Module) -> List[torch.Tensor]:
+    """Parameters then buffers, in a fixed order (what is shipped between components)."""
+    return [p for p in module.parameters()] + [b for b in module.buffers()]
+
+
+@torch.no_grad()
+def snapshot(module: nn.Module, device: Optional[torch.device] = None) -> List[torch.Tensor]:
+    return [t.detach().to(device or t.device, copy=True) for t in tensors(module)]
+
+
+@torch.no_grad()
+def load_snapshot(module: nn.Module, snap: Sequence[torch.Tensor]) -> None:
+    dst = tensors(module)
+    if len(dst) != len(snap):
+        raise ValueError(f"weight snapshot has {len(snap)} tensors, module has {len(dst)}")
+    torch._foreach_copy_(dst, [s.to(d.device, non_blocking=True) for s, d in zip(snap, dst)])

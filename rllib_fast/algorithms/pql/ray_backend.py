@@ -1,0 +1,324 @@
+"""PQL's Ray back-end: the V-learner and the P-learner are Ray actors, each
+on its own device, while the Actor (with the env) stays in the trial process.
+
+Placement: the trial asks for three resource bundles (see
+``PQL.default_resource_request``): the driver/Actor, the V-learner
+(``num_gpus_per_v_learner``) and the P-learner (``num_gpus_per_p_learner``),
+which covers the paper's layouts — all on one GPU (fractional GPUs), Actor on
+GPU 0 and learners on GPU 1, or one GPU each. Inside a Tune trial the learner
+actors are scheduled into the trial's placement group by bundle index.
+
+Transfer: the driver keeps one ``exchange`` call in flight per learner. A call
+carries the data batches gathered since the previous one (moved once to host
+memory, the way Ray's object store moves tensors between processes; the
+learner copies them to its device on arrival), the newest weights of the
+other learner, the observation statistics and the learner's current count
+limit from the driver's :class:`~rllib_fast.core.ratio.RatioController`; it
+returns the learner's update count (the driver mirrors it), its newest
+weights (when it published new ones) and its metrics. Everything is
+non-blocking: the driver harvests finished calls with ``ray.wait(timeout=0)``.
+Inside each learner actor a background thread runs the learning loop, gated
+locally by a :class:`~rllib_fast.core.ratio.LimitGate`.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import ray
+import torch
+
+from ...core.ratio import LimitGate
+from .components import CriticLearner, Dims, LiveParams, PolicyLearner
+from .nets import load_snapshot, snapshot
+
+
+def _cpu(tree):
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().to("cpu")
+    if isinstance(tree, dict):
+        return {k: _cpu(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_cpu(v) for v in tree)
+    return tree
+
+
+@ray.remote
+class PQLLearnerHost:
+    """One learner (role 'critic' = V, 'policy' = P) with its loop thread."""
+
+    def __init__(self, role: str, algo_cls, config_state: Dict[str, Any], dims: Dims, rows_per_add: int,
+                 capacity: int, device: str, init: Dict[str, Any]):
+        torch.set_num_threads(1)
+        cfg = algo_cls.get_default_config().from_state(config_state)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.role, self.cfg = role, cfg
+        self.live = LiveParams.from_config(cfg)
+        torch.manual_seed((cfg.seed or 0) + (17 if role == "critic" else 29))
+        klass = CriticLearner if role == "critic" else PolicyLearner
+        self.learner = klass(cfg, dims, self.device, self.live, rows_per_add, capacity)
+        # identical initial weights everywhere (sent by the driver)
+        if role == "critic":
+            load_snapshot(self.learner.critic, init["critic"])
+            load_snapshot(self.learner.target, init["critic"])
+            load_snapshot(self.learner.policy, init["policy"])
+        else:
+            load_snapshot(self.learner.policy, init["policy"])
+            load_snapshot(self.learner.critic, init["critic"])
+        self.gate = LimitGate(cfg.max_wait_s)
+        self.inbox: collections.deque = collections.deque()
+        self.incoming_weights = None
+        self.lock = threading.Lock()
+        self.published, self.published_version, self.returned_version = None, 0, 0
+        self.running, self.halt, self.stop, self.parked = (threading.Event(), threading.Event(), threading.Event(),
+                                                            threading.Event())
+        self.halt.set()
+        self.error: Optional[str] = None
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def device_name(self) -> str:
+        return str(self.device)
+
+    # -- control ---------------------------------------------------------------
+    def resume(self) -> bool:
+        self.parked.clear()
+        self.halt.clear()
+        self.running.set()
+        return True
+
+    def pause(self) -> Dict[str, Any]:
+        self.running.clear()
+        self.halt.set()
+        self.gate.set_limit(self.gate.limit)   # wake a waiter
+        self.parked.wait(60)
+        self._ingest()
+        self._adopt()
+        if self.error:
+            raise RuntimeError(f"PQL {self.role} learner failed: {self.error}")
+        module = self.learner.critic if self.role == "critic" else self.learner.policy
+        return {"count": self.learner.updates, "weights": _cpu(snapshot(module)),
+                "waited_s": self.gate.waited_s, "overrides": self.gate.overrides}
+
+    def exchange(self, batches: List, limit: float, weights) -> Dict[str, Any]:
+        self.inbox.extend(batches)
+        if weights is not None:
+            with self.lock:
+                self.incoming_weights = weights
+        self.gate.set_limit(limit)
+        out: Dict[str, Any] = {"count": self.learner.updates, "waited_s": self.gate.waited_s,
+                               "overrides": self.gate.overrides, "weights": None,
+                               "metrics": self.learner.take_metrics().cpu(), "error": self.error}
+        with self.lock:
+            if self.published_version > self.returned_version:
+                out["weights"] = self.published
+                self.returned_version = self.published_version
+        return out
+
+    def set_live(self, lr: float, actor_lr: float, tau: float, grad_clip) -> bool:
+        self.live.lr, self.live.actor_lr, self.live.tau, self.live.grad_clip = lr, actor_lr, tau, grad_clip
+        return True
+
+    def get_state(self, with_replay: bool) -> Dict[str, Any]:
+        return _cpu(self.learner.state_dict(with_replay))
+
+    def set_state(self, state: Dict[str, Any]) -> bool:
+        self.learner.load_state_dict(state)
+        return True
+
+    def close(self) -> bool:
+        self.stop.set()
+        self.running.set()
+        self.halt.set()
+        self.gate.set_limit(math.inf)
+        self.thread.join(timeout=10)
+        return True
+
+    # -- loop ------------------------------------------------------------------
+    def _ingest(self) -> None:
+        stats = None
+        while self.inbox:
+            batch, stats = self.inbox.popleft()
+            self.learner.add({k: v.to(self.device, non_blocking=True) for k, v in batch.items()})
+        if stats is not None:
+            self.learner.set_stats(stats)
+
+    def _adopt(self) -> None:
+        with self.lock:
+            w, self.incoming_weights = self.incoming_weights, None
+        if w is not None:
+            load_snapshot(self.learner.policy if self.role == "critic" else self.learner.critic, w)
+
+    def _loop(self) -> None:
+        torch.set_num_threads(1)
+        every = self.cfg.weight_sync_every
+        try:
+            while not self.stop.is_set():
+                if not self.running.is_set():
+                    self.parked.set()
+                    self.running.wait(0.1)
+                    continue
+                self._ingest()
+                self._adopt()
+                if not self.learner.ready():
+                    time.sleep(0.002)
+                    continue
+                self.gate.gate(self.learner.updates, stop=self.halt)
+                if self.halt.is_set():
+                    continue
+                self.learner.update()
+                if self.learner.updates % every == 0:
+                    module = self.learner.critic if self.role == "critic" else self.learner.policy
+                    snap = _cpu(snapshot(module))
+                    with self.lock:
+                        self.published = snap
+                        self.published_version += 1
+        except BaseException as err:  # noqa: BLE001 - reported to the driver
+            self.error = repr(err)
+            self.parked.set()
+
+
+class RayBackend:
+    ROLES = ("critic", "policy")
+
+    def __init__(self, algo):
+        from ray.util.placement_group import get_current_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.algo = algo
+        cfg = algo.config
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False)
+        pg = get_current_placement_group()
+        init = {"policy": _cpu(snapshot(algo.actor.policy)), "critic": _cpu(snapshot(algo.initial_critic))}
+        gpus = {"critic": cfg.num_gpus_per_v_learner, "policy": cfg.num_gpus_per_p_learner}
+        devices = {"critic": cfg.v_learner_device, "policy": cfg.p_learner_device}
+        self.hosts = {}
+        for i, role in enumerate(self.ROLES):
+            opts: Dict[str, Any] = {"num_cpus": cfg.num_cpus_per_pql_learner, "num_gpus": gpus[role]}
+            if pg is not None and len(pg.bundle_specs) > i + 1:
+                opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=i + 1)
+            dev = devices[role] if devices[role] != "auto" else ("auto" if gpus[role] > 0 else "cpu")
+            self.hosts[role] = PQLLearnerHost.options(**opts).remote(
+                role, type(algo), cfg.get_state(), algo.dims, algo.env.num_envs, algo.capacity, dev, init)
+        self.devices = dict(zip(self.ROLES, ray.get([h.device_name.remote() for h in self.hosts.values()])))
+        self.pending: Dict[str, list] = {r: [] for r in self.ROLES}
+        self.pending_weights: Dict[str, Any] = {r: None for r in self.ROLES}
+        self.inflight: Dict[str, Any] = {r: None for r in self.ROLES}
+        self.remote_waited = {r: 0.0 for r in self.ROLES}
+        self.remote_overrides = {r: 0 for r in self.ROLES}
+        self.metrics = {r: torch.zeros(2) for r in self.ROLES}
+
+    # -- driver side -------------------------------------------------------------
+    def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
+        cpu_stats = _cpu(stats)
+        cpu = _cpu(batch)
+        self.pending["critic"].append((cpu, cpu_stats))
+        self.pending["policy"].append(({"obs": cpu["obs"], "valid": cpu["valid"]}, cpu_stats))
+
+    def sync_actor(self) -> None:
+        self.poll(0.0)
+
+    def _harvest(self, role: str, res: Dict[str, Any]) -> None:
+        if res.get("error"):
+            raise RuntimeError(f"PQL {role} learner failed: {res['error']}")
+        self.algo.controller.set_count(role, res["count"])
+        self.remote_waited[role], self.remote_overrides[role] = res["waited_s"], res["overrides"]
+        self.metrics[role] += res["metrics"]
+        w = res["weights"]
+        if w is not None:
+            if role == "critic":
+                self.pending_weights["policy"] = w
+            else:
+                self.pending_weights["critic"] = w
+                load_snapshot(self.algo.actor.policy, w)
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Harvest finished exchanges and start new ones (non-blocking unless ``timeout`` > 0)."""
+        refs = [r for r in self.inflight.values() if r is not None]
+        if refs:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+            ready = set(ready)
+            for role in self.ROLES:
+                ref = self.inflight[role]
+                if ref is not None and ref in ready:
+                    self.inflight[role] = None
+                    self._harvest(role, ray.get(ref))
+        ctl = self.algo.controller
+        for role in self.ROLES:
+            if self.inflight[role] is None:
+                self.inflight[role] = self.hosts[role].exchange.remote(
+                    self.pending[role], ctl.limit(role), self.pending_weights[role])
+                self.pending[role], self.pending_weights[role] = [], None
+
+    def gate_actor(self) -> float:
+        """The Actor waits (polling the learners) while it is ahead."""
+        ctl = self.algo.controller
+        t0 = time.monotonic()
+        while not ctl.may_proceed("actor"):
+            if time.monotonic() - t0 > ctl.max_wait_s:
+                ctl.overrides["actor"] += 1
+                break
+            self.poll(0.002)
+        waited = time.monotonic() - t0
+        ctl.waited_s["actor"] += waited
+        return waited
+
+    def wait_caught_up(self) -> None:
+        ctl = self.algo.controller
+        t0 = time.monotonic()
+        while not ctl.caught_up("actor") and time.monotonic() - t0 < ctl.max_wait_s:
+            self.poll(0.002)
+
+    def resume(self) -> None:
+        ray.get([h.resume.remote() for h in self.hosts.values()])
+
+    def pause(self) -> None:
+        # harvest what is in flight, deliver what is pending, then park both loops
+        for role in self.ROLES:
+            if self.inflight[role] is not None:
+                self._harvest(role, ray.get(self.inflight[role]))
+                self.inflight[role] = None
+        flush = [self.hosts[r].exchange.remote(self.pending[r], self.algo.controller.limit(r), self.pending_weights[r])
+                 for r in self.ROLES]
+        for role, res in zip(self.ROLES, ray.get(flush)):
+            self._harvest(role, res)
+            self.pending[role], self.pending_weights[role] = [], None
+        results = ray.get([self.hosts[r].pause.remote() for r in self.ROLES])
+        for role, res in zip(self.ROLES, results):
+            self.algo.controller.set_count(role, res["count"])
+            self.remote_waited[role], self.remote_overrides[role] = res["waited_s"], res["overrides"]
+        crit, pol = results
+        load_snapshot(self.algo.actor.policy, pol["weights"])
+        # bring the two learners' copies of each other's network up to date for the next iteration
+        self.pending_weights["critic"], self.pending_weights["policy"] = pol["weights"], crit["weights"]
+
+    def take_metrics(self, role: str) -> torch.Tensor:
+        out = self.metrics[role].clone()
+        self.metrics[role].zero_()
+        return out
+
+    def get_state(self, role: str, with_replay: bool) -> Dict[str, Any]:
+        return ray.get(self.hosts[role].get_state.remote(with_replay))
+
+    def set_state(self, role: str, state: Dict[str, Any]) -> None:
+        ray.get(self.hosts[role].set_state.remote(state))
+
+    def set_live(self, live) -> None:
+        ray.get([h.set_live.remote(live.lr, live.actor_lr, live.tau, live.grad_clip) for h in self.hosts.values()])
+
+    def close(self) -> None:
+        hosts = list(self.hosts.values())
+        try:
+            ray.get([h.close.remote() for h in hosts], timeout=30)
+        except Exception:  # noqa: BLE001 - best effort at shutdown
+            pass
+        for h in hosts:
+            ray.kill(h)
+        self.hosts = {}
