@@ -9,8 +9,11 @@ Names (part of the public interface):
   games with the DQN-family preprocessing as ``atari:<Game>`` (e.g.
   ``atari:Breakout``); both need the ``atari`` extra, imported only when such an
   env is created;
-* later sources under their own prefixes: ``envpool:<id>``, ``isaacgym:<Task>``,
-  ``isaaclab:<Task>``.
+* simulator sources under their own prefixes (each imports its simulator only
+  inside the creator): ``envpool:<id>`` (e.g. ``envpool:Ant-v4``,
+  ``envpool:Pong-v5``; ``mujoco``/``envpool`` extra), ``isaacgym:<Task>``
+  (IsaacGymEnvs, process-isolated by default) and ``isaaclab:<Task>`` (Isaac Lab
+  gym ids, e.g. ``isaaclab:Isaac-Ant-Direct-v0``); see ``docs/sources.md``.
 
 Every creator takes ``(num_envs, device, seed, **task_kwargs)`` and returns a
 :class:`~rllib_fast.envs.base.TensorVecEnv`. The same names are registered with
@@ -48,12 +51,14 @@ def register_prefix(prefix: str, creator: EnvCreator) -> None:
 
 def list_envs() -> List[str]:
     """Plain names plus ``prefix:<id>`` patterns, for ``rllib-fast list``."""
+    _ensure_builtin_sources()
     return sorted(_CREATORS) + [f"{p}:<id>" for p in sorted(_PREFIXES)]
 
 
 def is_known(name: Any) -> bool:
     if not isinstance(name, str):
         return False
+    _ensure_builtin_sources()  # a fresh process (a Tune trial actor) may not have loaded them yet
     if name in _CREATORS:
         return True
     prefix, sep, _ = name.partition(":")
@@ -125,3 +130,7 @@ def _ensure_builtin_sources() -> None:
     # image sources: these modules import minatar / ale_py only inside their creators
     from . import atari as _atari  # noqa: F401  (registers the atari: prefix)
     from . import minatar as _minatar  # noqa: F401  (registers the minatar: prefix)
+    # simulator sources: isaacgym/isaacgymenvs, isaaclab and envpool are imported only inside the creators
+    from . import envpool as _envpool  # noqa: F401  (registers the envpool: prefix)
+    from . import isaacgym as _isaacgym  # noqa: F401  (registers the isaacgym: prefix)
+    from . import isaaclab as _isaaclab  # noqa: F401  (registers the isaaclab: prefix)

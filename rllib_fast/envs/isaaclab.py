@@ -1,0 +1,244 @@
+"""Isaac Lab RL envs as tensor vector envs: ``isaaclab:<task id>``.
+
+Isaac Lab's ``ManagerBasedRLEnv`` and ``DirectRLEnv`` are already batched on one
+device and return ``(obs, reward, terminated, time_outs, extras)``. What the
+adapter (:class:`IsaacLabVecEnv`) handles:
+
+* **same-step reset**: ended envs are reset inside ``step``; the returned obs is
+  already the reset observation and the terminal observation is *never*
+  returned. ``final_obs`` of an ended env is therefore the observation the
+  action was taken from (``s_t``), so a truncation bootstraps from ``V(s_t)`` --
+  the approximation Isaac Lab's own rsl_rl/rl_games wrappers make
+  (``rew += gamma * V(s_t) * time_outs``). Terminations do not bootstrap, so
+  only truncated rows are affected. ``valid`` is None (no straddling transitions).
+* **time-outs**: ``truncated = time_outs & ~terminated``; with
+  ``cfg.is_finite_horizon`` a time-out is part of the MDP and reported as a
+  termination instead (as Isaac Lab's wrappers do).
+* **aliasing**: ``DirectRLEnv`` returns its live ``reset_terminated`` /
+  ``reset_time_outs`` buffers (written in place each step), so flags and rewards
+  are copied; observations are copied when they share storage with the previous
+  step's (Isaac Lab computes them into fresh tensors).
+* **observations**: ``obs["policy"]`` is the observation; ``obs["critic"]`` (the
+  asymmetric critic input, when the task defines it) is ``Step.extras["states"]``,
+  ``env.states`` and ``env.single_state_space`` -- the same names as the Isaac Gym
+  adapter. ``extras["log"]`` (episode statistics of the envs reset in that step,
+  scalars) is ``env.last_log`` (copies; empty on steps without resets):
+  ``Step.extras`` holds per-env ``[N, ...]`` tensors only.
+* **clipping**: optional ``clip_obs``/``clip_actions`` (Isaac Lab's rl_games
+  wrapper takes the same two); the spaces carry the bounds. Isaac Lab action
+  spaces are unbounded ``Box(-inf, inf)`` and the tasks scale actions
+  themselves, so an unbounded action space gets ``clip_actions=1.0`` unless
+  given (the value of Isaac Lab's rl_games configs): policies need finite bounds.
+* ``randomize_episode_progress`` randomises ``episode_length_buf`` (what the
+  rsl_rl wrapper's ``init_at_random_ep_len`` does).
+
+Creation: ``isaaclab:<gym id>`` launches the Isaac Sim app (``AppLauncher``,
+headless) once per process, imports ``isaaclab_tasks`` (registers the ids),
+builds the env config with ``parse_env_cfg`` (num_envs, device, seed) and
+``gymnasium.make``. Or pass ``env`` (a built env) or ``env_class`` + ``cfg``.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any, Dict, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from .base import Step, TensorVecEnv, canonical_device, check_num_envs
+from .isaacgym import to_gymnasium_space
+from .registry import register_prefix
+
+__all__ = ["IsaacLabVecEnv", "make_isaaclab", "IsaacLabNotInstalledError"]
+
+
+class IsaacLabNotInstalledError(ImportError):
+    """Isaac Lab / Isaac Sim cannot be imported."""
+
+
+def _policy_space(space: Any) -> Any:
+    if isinstance(space, gym.spaces.Dict):
+        return space.spaces["policy"], space.spaces.get("critic")
+    return space, None
+
+
+class IsaacLabVecEnv(TensorVecEnv):
+    """An Isaac Lab ``ManagerBasedRLEnv``/``DirectRLEnv`` (unwrapped) as a ``TensorVecEnv``."""
+
+    def __init__(self, env: Any, clip_obs: Optional[float] = None, clip_actions: Optional[float] = None):
+        self.env = env
+        base = getattr(env, "unwrapped", env)
+        self._base = base
+        self.num_envs = check_num_envs(base.num_envs)
+        self.device = canonical_device(base.device)
+        self._clip_obs = None if clip_obs is None or not np.isfinite(clip_obs) else float(clip_obs)
+        self._clip_actions = (None if clip_actions is None or not np.isfinite(clip_actions)
+                              else float(clip_actions))
+        policy, critic = _policy_space(base.single_observation_space)
+        self.single_observation_space = to_gymnasium_space(policy, clip=self._clip_obs)
+        self.single_state_space = (to_gymnasium_space(critic, clip=self._clip_obs)
+                                   if critic is not None else None)
+        act = base.single_action_space
+        if isinstance(act, gym.spaces.Box) and self._clip_actions is None and \
+                not (np.all(np.isfinite(act.low)) and np.all(np.isfinite(act.high))):
+            self._clip_actions = 1.0  # Isaac Lab's rl_games configs: clip_actions 1.0 (tasks scale actions)
+        if isinstance(act, gym.spaces.Box) and self._clip_actions is not None:
+            act = to_gymnasium_space(act, clip=self._clip_actions)
+        self.single_action_space = act
+        mel = getattr(base, "max_episode_length", None)
+        self.max_episode_steps = int(mel) if mel is not None else None
+        self._finite_horizon = bool(getattr(getattr(base, "cfg", None), "is_finite_horizon", False))
+        self._obs: Optional[torch.Tensor] = None
+        self.states: Optional[torch.Tensor] = None
+        self.last_log: Dict[str, Any] = {}
+
+    def _own(self, t: torch.Tensor, prev: Optional[torch.Tensor]) -> torch.Tensor:
+        """Isaac Lab computes observations into fresh tensors; copy only when one
+        shares storage with what we returned last step (a reused buffer)."""
+        if t.device != self.device or t.dtype != torch.float32 or (
+                prev is not None and t.untyped_storage().data_ptr() == prev.untyped_storage().data_ptr()):
+            return t.to(self.device, torch.float32, copy=True)
+        return t
+
+    def _split(self, obs: Any, first: bool = False) -> torch.Tensor:
+        if isinstance(obs, dict):
+            policy, critic = obs["policy"], obs.get("critic")
+        else:
+            policy, critic = obs, None
+        if first:  # nothing to compare with yet: own the first observation outright
+            policy = policy.to(self.device, torch.float32, copy=True)
+            critic = None if critic is None else critic.to(self.device, torch.float32, copy=True)
+        policy = self._own(policy, self._obs)
+        if self._clip_obs is not None:
+            policy = policy.clamp(-self._clip_obs, self._clip_obs)
+        if critic is not None and self.single_state_space is not None:
+            critic = self._own(critic, self.states)
+            if self._clip_obs is not None:
+                critic = critic.clamp(-self._clip_obs, self._clip_obs)
+            self.states = critic
+        return policy
+
+    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+        out = self.env.reset(seed=seed)
+        obs = out[0] if isinstance(out, tuple) else out
+        self._obs = None
+        self._obs = self._split(obs, first=True)
+        return self._obs
+
+    def step(self, actions: torch.Tensor) -> Step:
+        if self._clip_actions is not None:
+            actions = actions.clamp(-self._clip_actions, self._clip_actions)
+        obs, rew, terminated, time_outs, extras = self.env.step(actions.to(self.device))
+        prev = self._obs
+        new_obs = self._split(obs)
+        terminated = terminated.to(self.device, torch.bool, copy=True)
+        if self._finite_horizon:
+            terminated |= time_outs.to(self.device, torch.bool)
+            truncated = torch.zeros_like(terminated)
+        else:
+            truncated = time_outs.to(self.device, torch.bool) > terminated  # time_outs & ~terminated, one op
+        done = terminated | truncated
+        reward = rew.to(self.device, torch.float32, copy=True)
+        final_obs = new_obs if prev is None else torch.where(done.unsqueeze(-1), prev, new_obs)
+        out_extras: Dict[str, torch.Tensor] = {}
+        if self.states is not None:
+            out_extras["states"] = self.states
+        log = extras.get("log") if isinstance(extras, dict) else None
+        if isinstance(log, dict):  # episode statistics of the envs reset this step (scalars)
+            self.last_log = {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v)
+                             for k, v in log.items()}
+        else:
+            self.last_log = {}
+        self._obs = new_obs
+        return Step(obs=new_obs, reward=reward, terminated=terminated, truncated=truncated,
+                    final_obs=final_obs, valid=None, extras=out_extras)
+
+    def randomize_episode_progress(self) -> None:
+        buf = getattr(self._base, "episode_length_buf", None)
+        if buf is None or self.max_episode_steps is None:
+            return
+        self._base.episode_length_buf = torch.randint_like(buf, 0, max(1, self.max_episode_steps))
+
+    def close(self) -> None:
+        if hasattr(self.env, "close"):
+            self.env.close()
+
+
+_APP = None
+
+
+def _launch_app(headless: bool, device: str, app_kwargs: Optional[Dict[str, Any]]) -> None:
+    """Isaac Sim's app must run before ``isaaclab.envs`` can be imported; once per process."""
+    global _APP
+    if _APP is not None:
+        return
+    if importlib.util.find_spec("isaaclab") is None:
+        raise IsaacLabNotInstalledError(
+            "isaaclab: Isaac Lab is not installed (it needs Isaac Sim and an NVIDIA GPU; see "
+            "https://isaac-sim.github.io/IsaacLab). Tests here use the stand-in "
+            "env_class='rllib_fast.envs.standins.isaaclab:PointReachLabEnv'.")
+    from isaaclab.app import AppLauncher
+
+    _APP = AppLauncher(headless=headless, device=device, **(app_kwargs or {})).app
+
+
+def _set_path(obj: Any, dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for p in parents:
+        obj = obj[p] if isinstance(obj, dict) else getattr(obj, p)
+    if isinstance(obj, dict):
+        obj[last] = value
+    else:
+        setattr(obj, last, value)
+
+
+def make_isaaclab(task_id: str, num_envs: int = 1, device: Any = "cpu", seed: Optional[int] = None, *,
+                  env: Any = None, env_class: Any = None, cfg: Any = None, headless: bool = True,
+                  app_kwargs: Optional[Dict[str, Any]] = None, clip_obs: Optional[float] = None,
+                  clip_actions: Optional[float] = None) -> IsaacLabVecEnv:
+    """Creator behind ``isaaclab:<task id>`` (e.g. ``isaaclab:Isaac-Ant-Direct-v0``).
+
+    ``cfg`` is a dict of dotted overrides of the env config
+    (``{"episode_length_s": 10.0, "sim.dt": 0.01}``); with ``env_class`` it may
+    instead be a config object. Seeds Python/numpy/torch and the env config's
+    ``seed`` before creation.
+    """
+    from .isolated import load_object, seed_everything
+
+    num_envs = check_num_envs(num_envs)
+    dev = str(canonical_device(device))
+    if env is not None:
+        if int(getattr(env, "unwrapped", env).num_envs) != num_envs:
+            raise ValueError(f"isaaclab: the given env has num_envs={env.unwrapped.num_envs} but "
+                             f"num_envs={num_envs} was requested; they must match")
+        return IsaacLabVecEnv(env, clip_obs=clip_obs, clip_actions=clip_actions)
+    seed_everything(seed)
+    if env_class is not None:
+        cls = load_object(env_class) if isinstance(env_class, str) else env_class
+        if cfg is None or isinstance(cfg, dict):
+            module = importlib.import_module(cls.__module__)
+            cfg_cls = getattr(cls, "cfg_class", None) or getattr(module, f"{cls.__name__}Cfg", None)
+            if cfg_cls is None:
+                raise ValueError(f"isaaclab: pass `cfg` (an env config object) for {cls.__name__}")
+            overrides, cfg = dict(cfg or {}), cfg_cls()
+            for k, v in overrides.items():
+                _set_path(cfg, k, v)
+        cfg.num_envs = num_envs
+        cfg.seed = seed
+        cfg.sim.device = dev
+        return IsaacLabVecEnv(cls(cfg), clip_obs=clip_obs, clip_actions=clip_actions)
+    _launch_app(headless, dev, app_kwargs)
+    import isaaclab_tasks  # noqa: F401  (registers the Isaac-* gym ids)
+    from isaaclab_tasks.utils import parse_env_cfg
+
+    env_cfg = parse_env_cfg(task_id, device=dev, num_envs=num_envs)
+    env_cfg.seed = seed
+    for k, v in dict(cfg or {}).items():
+        _set_path(env_cfg, k, v)
+    return IsaacLabVecEnv(gym.make(task_id, cfg=env_cfg).unwrapped, clip_obs=clip_obs,
+                          clip_actions=clip_actions)
+
+
+register_prefix("isaaclab", make_isaaclab)
