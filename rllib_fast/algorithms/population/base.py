@@ -1,0 +1,315 @@
+"""PopulationAlgorithm: K members in one trial, acting on slices of one env.
+
+Top to bottom, one ``training_step``:
+
+1. **act**: the population env has ``K * n`` envs; member m acts on envs
+   ``m*n .. m*n+n-1`` with one stacked forward for all members (observations
+   viewed as ``[K, n, ...]``), exploration noise from the member's own stream;
+2. **store**: one lock-step write into the replay (per-member columns);
+3. **learn**: ``updates_per_step * n * rollout_length`` update steps per member,
+   dispatched in chunks of ``fused_update_steps`` with no host sync inside;
+4. **PBT** (every ``pbt_interval`` update steps): truncation selection on the
+   fitness (mean of each member's last 10 returns), exploit (copy member
+   slices in place), explore (Tune's rule on the ``[K]`` hyperparameter tensors);
+5. **report**: ``population/member_i/...`` for every member and
+   ``env_runners/episode_return_mean`` = the best member's fitness, so Tune
+   stoppers and schedulers work unchanged. This is the one host sync per
+   iteration.
+
+Subclasses write the networks and the update (``build_learner``,
+``policy_actions``, ``update_step``, ``exploit_members``, ``learner_components``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX,
+                                     EPISODE_RETURN_MEAN, EPISODE_RETURN_MIN, LEARNER_RESULTS, NUM_EPISODES,
+                                     NUM_EPISODES_LIFETIME,
+                                     NUM_ENV_STEPS_TRAINED, NUM_ENV_STEPS_TRAINED_LIFETIME)
+
+from ...core.algorithm import FastAlgorithm
+from ...core.metrics import EpisodeTracker
+from ...core.stacked import FusedSteps
+from . import mutations as M
+from .rng import MemberRNG
+from .tracking import MemberReturns
+
+POLICY = "default_policy"
+
+
+class HyperparameterTensors:
+    """Member hyperparameters as ``[K]`` float tensors (checkpointed together).
+
+    ``applied`` remembers the trial-level config values last pushed into all
+    members, so a Tune PBT mutation of the trial config (a changed scalar) is
+    applied to every member while unchanged keys keep their per-member values.
+    """
+
+    def __init__(self, names, K: int, device):
+        self.names = list(names)
+        self.t: Dict[str, torch.Tensor] = {k: torch.zeros(K, device=device) for k in self.names}
+        self.applied: Dict[str, float] = {}
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.t[key]
+
+    def values(self, m: int) -> Dict[str, float]:
+        return {k: float(v[m]) for k, v in self.t.items()}
+
+    def state_dict(self):
+        return {"t": {k: v.cpu().clone() for k, v in self.t.items()}, "applied": dict(self.applied)}
+
+    def load_state_dict(self, state) -> None:
+        for k, v in state["t"].items():
+            self.t[k].copy_(v)
+        self.applied = dict(state["applied"])
+
+
+class _NumpyRNG:
+    def __init__(self, seed: int):
+        self.g = np.random.default_rng(seed)
+
+    def state_dict(self):
+        return {"state": self.g.bit_generator.state}
+
+    def load_state_dict(self, state) -> None:
+        self.g.bit_generator.state = state["state"]
+
+
+class PopulationAlgorithm(FastAlgorithm):
+    # -- construction ----------------------------------------------------------------------
+    def build(self) -> None:
+        cfg, env = self.config, self.env
+        self.K, self.n = cfg.population_size, cfg.num_envs_per_member
+        if env.num_envs != self.K * self.n:
+            raise ValueError(f"{type(self).__name__}: env has {env.num_envs} envs; expected population_size * "
+                             f"num_envs_per_member = {self.K * self.n}")
+        self.tracker = EpisodeTracker(env.num_envs, self.device, cfg.metrics_num_episodes_for_smoothing)
+        self.returns = MemberReturns(self.K, self.n, self.device, cfg.fitness_window)
+        self.rng = MemberRNG.from_seed(self.seed, self.K, self.device)
+        self.host_rng = _NumpyRNG(self.seed)
+        self.mutations = cfg.resolved_mutations()
+        self.hp = HyperparameterTensors(cfg.MEMBER_HPARAMS, self.K, self.device)
+        for k in self.hp.names:
+            self.hp[k].fill_(float(getattr(cfg, k)))
+            self.hp.applied[k] = getattr(cfg, k)
+        if cfg.pbt_init == "sample":
+            for k, dist in self.mutations.items():
+                for m in range(self.K):
+                    self.hp[k][m] = float(M.sample(dist, self.host_rng.g))
+        self.env_steps = 0          # total env steps (all members): host count of our own calls
+        self.num_updates = 0        # update steps per member
+        self.update_credit = 0.0
+        self.last_pbt = 0
+        self.pbt_rounds = 0
+        self.last_pbt_info: Dict[str, Any] = {}
+        self.episodes_logged = 0
+        self.build_learner()
+        self._fused = FusedSteps(self._update_once, compile=cfg.compile, backend=cfg.compile_backend)
+
+    @property
+    def member_env_steps(self) -> int:
+        """Env steps taken by each member (= per-env steps * n)."""
+        return self.env_steps // self.K
+
+    # -- hooks -------------------------------------------------------------------------------
+    def build_learner(self) -> None:
+        raise NotImplementedError("abstract: PopulationAlgorithm.build_learner")
+
+    def policy_actions(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
+        """``[K, n, ...]`` observations -> ``[K, n, ...]`` env actions."""
+        raise NotImplementedError("abstract: PopulationAlgorithm.policy_actions")
+
+    def random_actions(self) -> torch.Tensor:
+        """``[K, n, ...]`` uniform-random env actions from the members' streams (warm-up)."""
+        space = self.env.single_action_space
+        if self.env.is_discrete:
+            return self.rng.randint(int(space.n), self.n)
+        low = torch.as_tensor(space.low, dtype=torch.float32, device=self.device)
+        high = torch.as_tensor(space.high, dtype=torch.float32, device=self.device)
+        return low + (high - low) * self.rng.uniform(self.n, *space.shape)
+
+    def update_step(self) -> None:
+        """One update of every member (sample, losses, optimizer steps, targets)."""
+        raise NotImplementedError("abstract: PopulationAlgorithm.update_step")
+
+    def exploit_members(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy member slices ``src -> dst`` (networks, targets, optimizer state per config)."""
+        raise NotImplementedError("abstract: PopulationAlgorithm.exploit_members")
+
+    def learner_components(self) -> Dict[str, Any]:
+        return {}
+
+    def optimizer_hparams(self) -> None:
+        """Point optimizer lr tensors at the current member hyperparameters (after PBT/restore)."""
+
+    # -- RLlib obligations -----------------------------------------------------------------------
+    def stateful_components(self) -> Dict[str, Any]:
+        out = {**super().stateful_components(), "returns": self.returns, "rng": self.rng,
+               "host_rng": self.host_rng, "hp": self.hp, **self.learner_components()}
+        if self.config.checkpoint_replay:
+            out["replay"] = self.replay
+        return out
+
+    def extra_state(self) -> Dict[str, Any]:
+        return {**super().extra_state(), "env_steps": self.env_steps, "num_updates": self.num_updates,
+                "update_credit": self.update_credit, "last_pbt": self.last_pbt, "pbt_rounds": self.pbt_rounds,
+                "episodes_logged": self.episodes_logged}
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        super().set_extra_state(state)
+        for k in ("env_steps", "num_updates", "update_credit", "last_pbt", "pbt_rounds", "episodes_logged"):
+            setattr(self, k, state[k])
+
+    def apply_live_hyperparameters(self) -> None:
+        """Trial-level config values that changed since last applied (Tune PBT
+        across trials mutated them) go to every member; others keep per-member values."""
+        cfg = self.config
+        for k in self.hp.names:
+            value = getattr(cfg, k)
+            if self.hp.applied.get(k) != value:
+                self.hp[k].fill_(float(value))
+                self.hp.applied[k] = value
+        self.optimizer_hparams()
+
+    def get_module(self, module_id: str = "default_policy"):
+        return getattr(self, "actor", None) or getattr(self, "q", None)
+
+    def best_member(self) -> int:
+        fit = self.returns.fitness()
+        fit = torch.nan_to_num(fit, nan=-math.inf)
+        return int(fit.argmax())
+
+    def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
+        """Actions of the best member (by fitness) for a batch of observations."""
+        with torch.no_grad():
+            best = self.best_member()
+            x = obs.unsqueeze(0).expand(self.K, *obs.shape)
+            return self.policy_actions(x, explore)[best]
+
+    # -- one iteration ---------------------------------------------------------------------------
+    def training_step(self) -> None:
+        cfg = self.config
+        with self.metrics.log_time(("timers", "rollout")):
+            self._rollout(cfg.rollout_length)
+        self.log_env_steps(cfg.rollout_length * self.env.num_envs)
+        n_updates = 0
+        if self.member_env_steps >= cfg.learning_starts:
+            self.update_credit += cfg.updates_per_step * self.n * cfg.rollout_length
+            n_updates = int(self.update_credit)
+            self.update_credit -= n_updates
+            with self.metrics.log_time(("timers", "learn")):
+                self.learn(n_updates)
+        pbt_info = None
+        if cfg.pbt_interval is not None and self.num_updates - self.last_pbt >= cfg.pbt_interval:
+            pbt_info = self.pbt_round()
+        self._report(n_updates, pbt_info)
+
+    @torch.no_grad()
+    def _rollout(self, steps: int) -> None:
+        env, K, n = self.env, self.K, self.n
+        for _ in range(steps):
+            if self.member_env_steps < self.config.learning_starts:
+                action = self.random_actions()
+            else:
+                action = self.policy_actions(self.obs.view(K, n, *self.obs.shape[1:]), True)
+            action = action.reshape(K * n, *action.shape[2:])
+            step = env.step(action)
+            done = step.terminated | step.truncated
+            self.replay.add(self.obs, self.to_replay_action(action), step.reward, step.terminated, done,
+                            step.final_obs, step.valid)
+            self.returns.update(step.reward, done, step.valid)
+            self.obs = step.obs
+            self.env_steps += env.num_envs
+
+    def to_replay_action(self, action: torch.Tensor) -> torch.Tensor:
+        return action
+
+    def learn(self, n_updates: int) -> None:
+        chunk = self.config.fused_update_steps
+        done = 0
+        while done < n_updates:
+            k = min(chunk, n_updates - done)
+            self._fused(k)
+            done += k
+        self.num_updates += n_updates
+
+    def _update_once(self):
+        return self.update_step()
+
+    # -- in-trial PBT ---------------------------------------------------------------------------------
+    def select(self, fitness: np.ndarray):
+        """Truncation selection: (bottom members, their donors from the top)."""
+        cfg, g = self.config, self.host_rng.g
+        q = int(cfg.pbt_fraction * self.K)
+        fit = np.where(np.isnan(fitness), -np.inf, fitness)
+        order = np.argsort(fit, kind="stable")          # ascending
+        bottom, top = order[:q], order[::-1][:q]
+        donors = top[g.integers(0, len(top), size=q)] if q else top[:0]
+        return bottom, donors
+
+    def pbt_round(self) -> Dict[str, Any]:
+        """Exploit (copy the donors' slices) and explore (new hyperparameters) once."""
+        cfg = self.config
+        fitness = self.returns.fitness().cpu().numpy()
+        bottom, donors = self.select(fitness)
+        self.last_pbt = self.num_updates
+        self.pbt_rounds += 1
+        if len(bottom) == 0:
+            return {}
+        dst = torch.as_tensor(bottom, device=self.device, dtype=torch.long)
+        src = torch.as_tensor(donors, device=self.device, dtype=torch.long)
+        self.exploit_members(src, dst)
+        for k in self.hp.names:                                  # inherit, then explore
+            self.hp[k][dst] = self.hp[k][src].clone()
+        g = self.host_rng.g
+        for m in bottom.tolist():
+            for k, dist in self.mutations.items():
+                value, _ = M.explore(float(self.hp[k][m]), dist, g, cfg.pbt_resample_probability,
+                                     cfg.pbt_perturbation_factors)
+                self.hp[k][m] = float(value)
+        self.optimizer_hparams()
+        self.returns.reset_members(dst)
+        self.last_pbt_info = {"replaced": bottom.tolist(), "donors": donors.tolist()}
+        return self.last_pbt_info
+
+    # -- reporting ------------------------------------------------------------------------------------------
+    def _report(self, n_updates: int, pbt_info: Optional[Dict[str, Any]]) -> None:
+        cfg = self.config
+        fit = self.returns.fitness().cpu().numpy()
+        lens = self.returns.mean_length().cpu().numpy()
+        hp = {k: v.cpu().numpy() for k, v in self.hp.t.items()}
+        finite = fit[~np.isnan(fit)]
+        best = int(np.argmax(np.where(np.isnan(fit), -np.inf, fit)))
+        for m in range(self.K):
+            self.metrics.log_value(("population", f"member_{m}", EPISODE_RETURN_MEAN), float(fit[m]), window=1)
+            for k, v in hp.items():
+                self.metrics.log_value(("population", f"member_{m}", k), float(v[m]), window=1)
+        self.metrics.log_value(("population", "best_member"), best, window=1)
+        self.metrics.log_value(("population", "fitness_mean"), float(finite.mean()) if finite.size else math.nan,
+                               window=1)
+        self.metrics.log_value(("population", "num_updates_lifetime"), self.num_updates, window=1)
+        self.metrics.log_value(("population", "pbt_rounds"), self.pbt_rounds, window=1)
+        self.metrics.log_value(("population", "compile_time_s"), self._fused.compile_time_s, window=1)
+        best_ret = float(fit[best]) if finite.size else math.nan
+        self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN), best_ret, window=1)
+        self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN), float(lens[best]), window=1)
+        self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MAX),
+                               float(finite.max()) if finite.size else math.nan, window=1)
+        self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MIN),
+                               float(finite.min()) if finite.size else math.nan, window=1)
+        episodes = int(self.returns.episodes.sum())
+        self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES), episodes - self.episodes_logged, reduce="sum")
+        self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES_LIFETIME), episodes - self.episodes_logged,
+                               reduce="lifetime_sum")
+        self.episodes_logged = episodes
+        trained = n_updates * cfg.batch_size * self.K
+        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), trained,
+                               reduce="lifetime_sum")
+        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), trained, reduce="sum")
+        self.metrics.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, trained, reduce="lifetime_sum")
+        self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_updates_lifetime"), self.num_updates, window=1)

@@ -1,0 +1,126 @@
+"""PopSAC: K soft actor-critic agents as one stacked network.
+
+SAC (Haarnoja et al. 2018) per member: tanh-squashed Gaussian policy, twin
+critics with soft clipped double-Q targets, Polyak targets every update, and
+an adaptive entropy temperature alpha per member (``log_alpha`` is a ``[K]``
+tensor with its own vectorised Adam). Member hyperparameters (the paper's
+SAC search space): actor/critic/alpha lr, target entropy (a scale of the
+default ``-|A|``), reward scale, gamma, tau. Exploit resets the policy and
+alpha optimizers and alpha itself (as the paper's code does) unless
+``pbt_exploit_optimizer='copy'``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict
+
+import torch
+
+from ...core.stacked import StackedMLP, VectorAdam, copy_members
+from .config import PopSACConfig
+from .td3 import PopTD3, _b
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class PopSAC(PopTD3):
+    @classmethod
+    def get_default_config(cls) -> PopSACConfig:
+        return PopSACConfig()
+
+    def build_learner(self) -> None:
+        cfg = self.config
+        super().build_learner()
+        obs_dim = int(self.env.obs_shape[0])
+        # the actor outputs mean and log-std
+        self.actor = StackedMLP(self.K, obs_dim, tuple(cfg.hidden_sizes), 2 * self.act_dim, cfg.activation,
+                                cfg.layer_norm, device=self.device)
+        self.actor_params = list(self.actor.parameters())
+        self.actor_opt = VectorAdam(self.actor_params, self.K, lr=self.hp["actor_lr"], eps=cfg.adam_eps)
+        self.actor_t = None
+        self.log_alpha = torch.full((self.K,), math.log(cfg.initial_alpha), device=self.device)
+        self.alpha_opt = VectorAdam([self.log_alpha], self.K, lr=self.hp["alpha_lr"], eps=cfg.adam_eps)
+
+    def optimizer_hparams(self) -> None:
+        super().optimizer_hparams()
+        self.alpha_opt.lr.copy_(self.hp["alpha_lr"])
+
+    def learner_components(self) -> Dict[str, Any]:
+        from .td3 import _TensorBox
+
+        out = super().learner_components()
+        out.pop("actor_t")
+        return {**out, "log_alpha": _TensorBox(self.log_alpha), "alpha_opt": self.alpha_opt}
+
+    # -- policy ---------------------------------------------------------------------------------------------
+    def sample_pi(self, obs: torch.Tensor, eps: torch.Tensor):
+        """Squashed-Gaussian action in [-1, 1] and its log-probability (``[K, B]``)."""
+        mean, log_std = self.actor(obs).chunk(2, -1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        u = mean + log_std.exp() * eps
+        a = torch.tanh(u)
+        logp = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        logp = logp - (2 * (math.log(2.0) - u - torch.nn.functional.softplus(-2 * u))).sum(-1)
+        return a, logp
+
+    def policy_actions(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
+        obs = obs.float()
+        if explore:
+            a, _ = self.sample_pi(obs, self.rng.normal(*obs.shape[1:-1], self.act_dim))
+        else:
+            a = torch.tanh(self.actor(obs).chunk(2, -1)[0])
+        return self.act_center + self.act_half * a
+
+    # -- learning ---------------------------------------------------------------------------------------------
+    def update_step(self) -> None:
+        B = self.config.batch_size
+        batch = self.replay.sample(B, self.rng)
+        self.sac_step(batch, self.rng.normal(B, self.act_dim), self.rng.normal(B, self.act_dim))
+
+    def sac_step(self, b: Dict[str, torch.Tensor], eps_next: torch.Tensor, eps_pi: torch.Tensor) -> None:
+        hp = self.hp
+        alpha = self.log_alpha.exp()
+        with torch.no_grad():
+            na, nlogp = self.sample_pi(b["next_obs"], eps_next)
+            qt = torch.minimum(*self.twin_q(self.critic_t, b["next_obs"], na)) - _b(alpha, nlogp) * nlogp
+            y = _b(hp["reward_scale"], qt) * b["reward"] + _b(hp["gamma"], qt) * b["not_done"] * qt
+        grads = torch.autograd.grad(self.critic_loss(b, y), self.critic_params)
+        self.critic_opt.step(self.clip(grads))
+        w = b["weight"]
+        wsum = w.sum(1).clamp_min(1.0)
+        a, logp = self.sample_pi(b["obs"], eps_pi)
+        q1, q2 = self.twin_q(self.critic, b["obs"], a)
+        actor_loss = ((w * (_b(alpha, logp) * logp - torch.minimum(q1, q2))).sum(1) / wsum).sum()
+        grads = torch.autograd.grad(actor_loss, self.actor_params)
+        self.actor_opt.step(self.clip(grads))
+        target_entropy = -float(self.act_dim) * hp["target_entropy_scale"]
+        with torch.no_grad():
+            ent_err = ((w * (logp + target_entropy.unsqueeze(1))).sum(1) / wsum)     # [K]
+        # d/d log_alpha of -(log_alpha * (logp + H_target)).mean()
+        self.alpha_opt.step([-ent_err])
+        tau = hp["tau"].repeat(2) if not self.shared_critic else hp["tau"][:1].repeat(2)
+        with torch.no_grad():
+            for p, t in zip(self.critic.parameters(), self.critic_t.parameters()):
+                t.add_(_b(tau, p) * (p - t))
+
+    # -- exploit ----------------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def exploit_members(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        cfg = self.config
+        copy_members(self.actor, src, dst)
+        if cfg.pbt_copy_critic:
+            s2, d2 = torch.cat([src, src + self.K]), torch.cat([dst, dst + self.K])
+            copy_members(self.critic, s2, d2)
+            copy_members(self.critic_t, s2, d2)
+        if cfg.pbt_exploit_optimizer == "copy":
+            self.actor_opt.copy_members(src, dst)
+            self.alpha_opt.copy_members(src, dst)
+            self.log_alpha[dst] = self.log_alpha[src].clone()
+            if cfg.pbt_copy_critic:
+                self.critic_opt.copy_members(s2, d2)
+        else:
+            self.actor_opt.reset_members(dst)
+            self.alpha_opt.reset_members(dst)
+            self.log_alpha[dst] = math.log(cfg.initial_alpha)
+            if cfg.pbt_copy_critic:
+                self.critic_opt.reset_members(d2)

@@ -1,0 +1,77 @@
+"""Per-member episode returns on the device: PBT fitness and population metrics.
+
+Fitness (Flajolet et al. §5.1) is the mean of each member's *last 10* episode
+returns, so each member keeps a ring of its last ``window`` returns. Members
+own contiguous slices of the env (member m: envs ``m*n .. m*n+n-1``); several
+of a member's envs may finish in the same step, so finished episodes are
+scattered to consecutive ring slots with a cumulative sum over the member's
+envs (no host sync, no Python loop over envs or members).
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import torch
+
+
+class MemberReturns:
+    def __init__(self, num_members: int, envs_per_member: int, device, window: int = 10):
+        K, n = num_members, envs_per_member
+        self.K, self.n, self.window = K, n, window
+        self.ret = torch.zeros(K, n, dtype=torch.float64, device=device)
+        self.len = torch.zeros(K, n, dtype=torch.int64, device=device)
+        self.ring = torch.zeros(K, window + 1, dtype=torch.float64, device=device)  # slot `window`: sink
+        self.ring_len = torch.zeros(K, window + 1, dtype=torch.float64, device=device)
+        self.ptr = torch.zeros(K, dtype=torch.int64, device=device)
+        self.filled = torch.zeros(K, dtype=torch.int64, device=device)
+        self.episodes = torch.zeros(K, dtype=torch.int64, device=device)
+
+    def update(self, reward: torch.Tensor, done: torch.Tensor, valid: Optional[torch.Tensor] = None) -> None:
+        """Account one step of all ``K*n`` envs."""
+        r = reward.double().view(self.K, self.n)
+        d = done.view(self.K, self.n)
+        if valid is not None:
+            v = valid.view(self.K, self.n)
+            r = torch.where(v, r, torch.zeros_like(r))
+            d = d & v
+            self.len += v.long()
+        else:
+            self.len += 1
+        self.ret += r
+        dl = d.long()
+        slot = torch.remainder(self.ptr.unsqueeze(1) + torch.cumsum(dl, 1) - 1, self.window)
+        slot = torch.where(d, slot, torch.full_like(slot, self.window))
+        self.ring.scatter_(1, slot, self.ret)
+        self.ring_len.scatter_(1, slot, self.len.double())
+        n_done = dl.sum(1)
+        self.ptr = torch.remainder(self.ptr + n_done, self.window)
+        self.filled = torch.clamp(self.filled + n_done, max=self.window)
+        self.episodes += n_done
+        self.ret = torch.where(d, torch.zeros_like(self.ret), self.ret)
+        self.len = torch.where(d, torch.zeros_like(self.len), self.len)
+
+    def fitness(self) -> torch.Tensor:
+        """``[K]`` mean of the last ``window`` returns (NaN for members without an episode)."""
+        mask = torch.arange(self.window, device=self.ring.device).unsqueeze(0) < self.filled.unsqueeze(1)
+        vals = torch.where(mask, self.ring[:, :-1], torch.full_like(self.ring[:, :-1], float("nan")))
+        return vals.nanmean(1)
+
+    def mean_length(self) -> torch.Tensor:
+        mask = torch.arange(self.window, device=self.ring.device).unsqueeze(0) < self.filled.unsqueeze(1)
+        vals = torch.where(mask, self.ring_len[:, :-1], torch.full_like(self.ring_len[:, :-1], float("nan")))
+        return vals.nanmean(1)
+
+    @torch.no_grad()
+    def reset_members(self, idx: torch.Tensor) -> None:
+        """Forget the returns of members ``idx`` (their policy changed: CEM-RL generations)."""
+        self.filled[idx] = 0
+        self.ptr[idx] = 0
+
+    _KEYS = ("ret", "len", "ring", "ring_len", "ptr", "filled", "episodes")
+
+    def state_dict(self) -> Dict[str, torch.Tensor]:
+        return {k: getattr(self, k).detach().cpu().clone() for k in self._KEYS}
+
+    def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
+        for k in self._KEYS:
+            getattr(self, k).copy_(state[k])
