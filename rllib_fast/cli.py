@@ -416,6 +416,8 @@ def _init_ray(args) -> bool:
         if args.ray_address:
             kwargs["address"] = args.ray_address
         else:
+            if not os.environ.get("RAY_ADDRESS"):  # our own local Ray, never a stray `ray start` cluster
+                kwargs["address"] = "local"
             if args.ray_num_cpus is not None:
                 kwargs["num_cpus"] = args.ray_num_cpus
             if args.ray_num_gpus is not None:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 RETURN_KEY = "env_runners/episode_return_mean"
 
@@ -318,6 +318,11 @@ def init_ray(address: Optional[str] = None, *, num_cpus: Optional[int] = None, n
         if address:
             kwargs["address"] = address
         else:
+            # A new local Ray of our own unless the user names a cluster (`--address
+            # auto|HOST:PORT` or RAY_ADDRESS): plain ray.init() would silently join any
+            # cluster a `ray start` left on this machine.
+            if not os.environ.get("RAY_ADDRESS"):
+                kwargs["address"] = "local"
             if num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
             if num_gpus is not None:
