@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 
 
-def run_one(algo: str, learners: int, steps: int, seed: int, device: str, gpus: float) -> dict:
+def run_one(algo: str, learners: int, steps: int, seed: int, device: str, gpus: float, hidden: list = (64, 64)) -> dict:
     """Child process body: train until `steps` env steps; record time to 475 too."""
     import math
 
@@ -54,7 +54,7 @@ def run_one(algo: str, learners: int, steps: int, seed: int, device: str, gpus: 
             num_async_learners=learners, cycles_per_iteration=10, lr=1e-3, num_gpus_per_async_learner=gpus)
     if algo in ("FastPPO", "FastA2C"):
         cfg = cfg.learners(num_learners=learners if learners > 1 else 0, num_gpus_per_learner=gpus)
-    cfg = cfg.debugging(seed=seed)
+    cfg = cfg.training(hidden_sizes=list(hidden)).debugging(seed=seed)
     t0 = time.perf_counter()
     algo_obj = cfg.build_algo()
     build_s = time.perf_counter() - t0
@@ -83,6 +83,9 @@ def main() -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--gpus-per-learner", type=float, default=0.0)
+    p.add_argument("--hidden", nargs="+", type=int, default=[64, 64],
+                   help="hidden sizes: small nets measure overhead, large ones (e.g. 512 512) compute-bound learning")
+    p.add_argument("--tag", default="", help="suffix of the result files (multi_learner<tag>.md)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -93,7 +96,7 @@ def main() -> None:
         for learners in args.learners:
             for seed in args.seeds:
                 spec = dict(algo=algo, learners=learners, steps=args.steps, seed=seed, device=args.device,
-                            gpus=args.gpus_per_learner)
+                            gpus=args.gpus_per_learner, hidden=args.hidden)
                 out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
                                      text=True, timeout=1800)
                 line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
@@ -103,7 +106,8 @@ def main() -> None:
                 rows.append(json.loads(line[-1]))
                 print(f"done: {algo} L={learners} seed={seed}: {rows[-1]['wall_s']:.1f} s", flush=True)
     base = {r["algo"]: r["wall_s"] for r in rows if r["learners"] == 1}
-    lines = [f"# Multiple learners on CartPole (64 envs in total, {args.steps:,} env steps, device {args.device})",
+    lines = [f"# Multiple learners on CartPole (64 envs in total, {args.steps:,} env steps, hidden {args.hidden}, "
+             f"device {args.device})",
              "", "| algorithm | learners | wall-clock to N steps (s) | env-steps/s | speed-up vs 1 | time to 475 (s) |"
              " final return |", "| :--- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
@@ -116,9 +120,9 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "multi_learner.md"), "w") as f:
+    with open(os.path.join(RESULTS, f"multi_learner{args.tag}.md"), "w") as f:
         f.write(table + "\n")
-    with open(os.path.join(RESULTS, "multi_learner.json"), "w") as f:
+    with open(os.path.join(RESULTS, f"multi_learner{args.tag}.json"), "w") as f:
         json.dump(rows, f, indent=1)
 
 
