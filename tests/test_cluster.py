@@ -65,17 +65,11 @@ def test_sweep_trials_land_on_both_nodes(cluster, tmp_path, capsys):
 
 
 def test_pql_ray_backend_components_on_different_nodes(cluster, tmp_path):
-    from rllib_fast.algorithms import ALGORITHMS
-
-    if "PQL" not in ALGORITHMS:
-        pytest.skip("PQL is not registered yet")
     from ray import tune
 
     from rllib_fast.algorithms import CONFIGS
     from rllib_fast.cli import ensure_registered
 
-    if "backend" not in CONFIGS["PQL"].hyperparameter_spec():
-        pytest.skip("PQL has no Ray-actor back-end yet")
     ray.init(address=cluster.address, log_to_driver=False)
     ensure_registered()
     try:

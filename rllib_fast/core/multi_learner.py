@@ -21,6 +21,17 @@ import torch
 from .distributed import DistributedContext, free_port
 
 
+def close_actors(actors: list, timeout_s: float = 30.0) -> None:
+    """Ask actors to ``close()`` (release envs, process groups, threads), then
+    kill them: best effort, so shutdown never hangs on a wedged actor."""
+    try:
+        ray.get([a.close.remote() for a in actors], timeout=timeout_s)
+    except Exception:  # noqa: BLE001 - best effort at shutdown
+        pass
+    for a in actors:
+        ray.kill(a)
+
+
 def learner_config(config: Any, rank: int, world_size: int):
     """Learner ``rank``'s config: its env share and its own seed."""
     cfg = config.copy(copy_frozen=False)
@@ -101,10 +112,5 @@ class DataParallelGroup:
         return ray.get([w.parameter_vector.remote() for w in self.remotes])
 
     def close(self) -> None:
-        try:
-            ray.get([w.close.remote() for w in self.remotes], timeout=30)
-        except Exception:  # noqa: BLE001 - best effort at shutdown
-            pass
-        for w in self.remotes:
-            ray.kill(w)
+        close_actors(self.remotes)
         self.remotes = []

@@ -29,6 +29,7 @@ from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_LE
                                      NUM_ENV_STEPS_TRAINED_LIFETIME)
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
+from ...core.multi_learner import close_actors
 from ...core.param_server import start_parameter_server
 from ..a2c import FastA2C
 from ..ppo import FastPPO
@@ -174,12 +175,7 @@ class AsyncDriverMixin:
         """Stop learners and the store (also on a structural ``reset_config``)."""
         super()._close_data_parallel()
         learners, self._learners = getattr(self, "_learners", []), []
-        try:
-            ray.get([w.close.remote() for w in learners], timeout=30)
-        except Exception:  # noqa: BLE001 - best effort at shutdown
-            pass
-        for w in learners:
-            ray.kill(w)
+        close_actors(learners)
         if getattr(self, "_server", None) is not None:
             ray.kill(self._server)
             self._server = None

@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional
 import ray
 import torch
 
+from ...core.multi_learner import close_actors
 from ...core.ratio import LimitGate
 from .components import CriticLearner, Dims, LiveParams, PolicyLearner
 from .nets import load_snapshot, snapshot
@@ -314,11 +315,5 @@ class RayBackend:
         ray.get([h.set_live.remote(live.lr, live.actor_lr, live.tau, live.grad_clip) for h in self.hosts.values()])
 
     def close(self) -> None:
-        hosts = list(self.hosts.values())
-        try:
-            ray.get([h.close.remote() for h in hosts], timeout=30)
-        except Exception:  # noqa: BLE001 - best effort at shutdown
-            pass
-        for h in hosts:
-            ray.kill(h)
+        close_actors(list(self.hosts.values()))
         self.hosts = {}
