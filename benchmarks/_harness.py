@@ -741,6 +741,19 @@ def merge_records(old: Sequence[Dict[str, Any]], new: Sequence[Dict[str, Any]]) 
     return out + [r for r in new if ident(r) in fresh]
 
 
+def merge_update(update_path: str, records: List[Dict[str, Any]], meta: Dict[str, Any],
+                 seeds: Sequence[int]) -> tuple:
+    """``--update JSON``: the saved result with the re-run arms' records
+    replaced, its meta marked as updated. Returns ``(records, meta, out_dir)``
+    with ``out_dir`` the saved result's folder."""
+    with open(update_path) as f:
+        old = json.load(f)
+    records = merge_records(old["records"], records)
+    meta = dict(old["meta"], updated=meta["date"], update_min=meta["total_min"],
+                seeds=sorted(set(old["meta"]["seeds"]) | set(seeds)))
+    return records, meta, os.path.dirname(os.path.abspath(update_path))
+
+
 def default_logdir(name: str) -> str:
     return tempfile.mkdtemp(prefix=f"bench_{name}_")
 

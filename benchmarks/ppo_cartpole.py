@@ -457,13 +457,8 @@ def main(argv: Optional[List[str]] = None) -> None:
                     throughput_s=args.throughput_s, total_min=(time.time() - t0) / 60, quick=args.quick,
                     commit=_git_commit())
         if args.update:
-            with open(args.update) as f:
-                old = json.load(f)
-            records = H.merge_records(old["records"], records)
-            meta = dict(old["meta"], updated=meta["date"], update_min=meta["total_min"],
-                        seeds=sorted(set(old["meta"]["seeds"]) | set(seeds)))
-            if not args.out_dir:
-                out_dir = os.path.dirname(os.path.abspath(args.update))
+            records, meta, saved_dir = H.merge_update(args.update, records, meta, seeds)
+            out_dir = args.out_dir or saved_dir
     os.makedirs(out_dir, exist_ok=True)
     md = build_report(records, meta)
     md_path, png_path = os.path.join(out_dir, NAME + ".md"), os.path.join(out_dir, NAME + ".png")
