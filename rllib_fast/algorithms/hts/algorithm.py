@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Dict
 
 import numpy as np
@@ -70,21 +71,41 @@ class HTSMixin:
             return super().make_env(num_envs, seed)
         cfg = self.config
         E = cfg.num_executors
-        parts = []
-        try:
-            for e in range(E):
-                s = worker_seed(seed, e)
-                if cfg.executor_processes:
-                    parts.append(ParallelVecEnv.from_name(cfg.env, num_envs // E, 1, device=self.device, seed=s,
-                                                          env_kwargs=dict(cfg.env_config)))
-                else:
-                    parts.append(super().make_env(num_envs // E, s))
-        except BaseException:
-            for p in parts:
-                p.close()
-            raise
+        if cfg.executor_processes:
+            parts = self._start_processes(num_envs // E, seed)
+        else:
+            parts = []
+            try:
+                for e in range(E):
+                    parts.append(super().make_env(num_envs // E, worker_seed(seed, e)))
+            except BaseException:
+                for p in parts:
+                    p.close()
+                raise
         # process executors: start-state decorrelation and validation step the parts concurrently
         return ExecutorGroupEnv(parts, parallel=cfg.executor_processes)
+
+    def _start_processes(self, n: int, seed: int) -> list:
+        """One single-process ``ParallelVecEnv`` per executor, started concurrently:
+        a spawned simulator spends seconds importing torch, so starting E of them
+        one after the other would cost E times that. If any fails, the others are
+        closed and the first error is raised."""
+        cfg = self.config
+
+        def start(e: int) -> ParallelVecEnv:
+            return ParallelVecEnv.from_name(cfg.env, n, 1, device=self.device, seed=worker_seed(seed, e),
+                                            env_kwargs=dict(cfg.env_config))
+
+        with ThreadPoolExecutor(cfg.num_executors, thread_name_prefix="hts-start") as pool:
+            futures = [pool.submit(start, e) for e in range(cfg.num_executors)]
+            wait(futures)
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            for f in futures:
+                if f.exception() is None:
+                    f.result().close()
+            raise errors[0]
+        return [f.result() for f in futures]
 
     # -- construction ------------------------------------------------------------------------
     def build(self) -> None:
