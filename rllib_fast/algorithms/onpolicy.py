@@ -6,6 +6,7 @@ critic pass and GAE. Subclasses choose the optimizer and write ``_learn``.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict
 
 import ray
@@ -83,7 +84,9 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.params = list(self.module.parameters())
         self.optimizer = self.make_optimizer()
         self.horizon = cfg.horizon()
-        obs_shape, act_shape = env.obs_shape, env.action_shape
+        # The MLP policy sees flattened observations (`_normalize_obs`), so storage
+        # holds them flat too (image sources such as MinAtar included).
+        obs_shape, act_shape = (math.prod(env.obs_shape),), env.action_shape
         act_dtype = torch.int64 if env.is_discrete else torch.float32
         self.storage = RolloutStorage(self.horizon, env.num_envs, {
             "obs": (obs_shape, torch.float32), "final_obs": (obs_shape, torch.float32),

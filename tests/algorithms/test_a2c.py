@@ -1,4 +1,5 @@
 """FastA2C: the paper's lr rule, RMSProp, one update per batch, learning."""
+import importlib.util
 import math
 
 import numpy as np
@@ -46,3 +47,19 @@ def test_learns_cartpole_to_475():
         ret, steps = r["env_runners"]["episode_return_mean"], r["num_env_steps_sampled_lifetime"]
         best = max(best, ret if np.isfinite(ret) else -math.inf)
     assert best >= 475
+
+
+@pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="minatar not installed (the `atari` extra)")
+@pytest.mark.parametrize("cfg_cls", ["FastA2CConfig", "FastPPOConfig"])
+def test_onpolicy_algorithms_train_on_image_observations(cfg_cls):
+    """MinAtar's [10, 10, C] observations: the MLP policy and the rollout
+    storage both see them flattened (a regression: storage used the image shape)."""
+    from rllib_fast import algorithms
+
+    cfg = getattr(algorithms, cfg_cls)().environment("minatar:breakout", num_envs=4).training(
+        rollout_length=8, decorrelate_steps=4).debugging(seed=0)
+    algo = cfg.build_algo()
+    for _ in range(2):
+        result = algo.train()
+    assert result["num_env_steps_sampled_lifetime"] == 4 * 4 + 2 * 8 * 4
+    algo.stop()
