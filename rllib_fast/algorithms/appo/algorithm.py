@@ -168,8 +168,8 @@ class AsyncDriverMixin:
     def apply_live_hyperparameters(self) -> None:
         super().apply_live_hyperparameters()
         if getattr(self, "_learners", None):
-            state = self.config.hyperparameters()
-            ray.get([w.apply_live_config.remote(state) for w in self._learners])
+            live = {k: getattr(self.config, k) for k, p in self.config.hyperparameter_spec().items() if p.live}
+            ray.get([w.apply_live_config.remote(live) for w in self._learners])
 
     def _close_data_parallel(self) -> None:
         """Stop learners and the store (also on a structural ``reset_config``)."""

@@ -173,13 +173,12 @@ class AsyncLearnerActor:
         self.algo.optimizer.core.pull()  # parameters come from the (restored) central store
         self.algo.optimizer.write_params()
 
-    def apply_live_config(self, config_state: Dict[str, Any]) -> None:
-        """Apply a live config change (PBT) to this learner."""
+    def apply_live_config(self, live: Dict[str, Any]) -> None:
+        """Apply the driver's live hyperparameters (PBT) to this learner."""
         algo = self.algo
         cfg = algo.config.copy(copy_frozen=False)
-        for key in algo.config.hyperparameter_spec():
-            if algo.config.hyperparameter_spec()[key].live and key in config_state:
-                setattr(cfg, key, config_state[key])
+        for key, value in live.items():
+            setattr(cfg, key, value)
         cfg.freeze()
         algo.config = algo._built_config = cfg
         algo.apply_live_hyperparameters()
