@@ -534,7 +534,8 @@ def aggregate_learn(records: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
         row["startup_s"] = _median(r.get("startup_s") for r in runs)
         row["rss_proc"] = max((r.get("peak_rss_proc_mb") or 0) for r in runs) or None
         row["rss_tree"] = max((r.get("peak_rss_tree_mb") or 0) for r in runs) or None
-        row["best_return"] = max((r.get("best_return") or -1e9) for r in runs)
+        bests = [r["best_return"] for r in runs if r.get("best_return") is not None]
+        row["best_return"] = max(bests) if bests else None
         row["cpu_reach"] = _median(r["reached"].get("cpu") for r in hit)
         row["foreign"] = max((r.get("foreign_cpu_cores") or 0.0) for r in runs)
         row["status"] = ",".join(sorted({r["status"] for r in runs}))
@@ -569,7 +570,9 @@ def learn_table(rows: Sequence[Dict[str, Any]]) -> str:
         if r["n_runs"] > 1 and r["n_reached"]:
             ts = [x for x in r["t_reach_all"] if x is not None]
             t += f" [{min(ts):.1f}–{max(ts):.1f}]"
-        reached = f"{r['n_reached']}/{r['n_runs']}" + ("" if r["n_reached"] else f" (best {fmt_num(r['best_return'], 0)})")
+        reached = f"{r['n_reached']}/{r['n_runs']}"
+        if not r["n_reached"]:
+            reached += f" (best {fmt_num(r['best_return'], 0)})" if r["best_return"] is not None else " (no return)"
         body.append([r["label"], r["num_envs"] or "–", reached, t,
                      fmt_steps(r["steps_reach"]) if r["n_reached"] else "–",
                      fmt_sps(r["sps_overall"]), fmt_sps(r["sps_sampling"]),

@@ -430,8 +430,7 @@ def minatar_table(rows: Sequence[Dict[str, Any]]) -> str:
         status = r["status"]
         if status != "ok":
             score += f" ({status})"
-        body.append([r["label"], r["num_envs"] or "–", score, H.fmt_num(r["best_return"] if r["best_return"] > -1e8
-                                                                      else None, 2),
+        body.append([r["label"], r["num_envs"] or "–", score, H.fmt_num(r["best_return"], 2),
                      H.fmt_num(eps, 0), H.fmt_steps(H._median(x.get("final_steps") for x in runs)),
                      H.fmt_sps(r["sps_overall"]), H.fmt_sps(r["sps_sampling"]), H.fmt_num(r["startup_s"]),
                      H.fmt_num(H._median(x.get("cpu_s") for x in runs)), H.fmt_num(r["rss_proc"], 0), H.fmt_num(r["rss_tree"], 0),

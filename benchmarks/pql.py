@@ -17,13 +17,19 @@ Settings: ours from ``rllib_fast/algorithms/pql/tuned.py`` (``PENDULUM``) and
 rl-baselines3-zoo's Pendulum-v1 entries (SAC: lr 1e-3; TD3: lr 1e-3, γ 0.98,
 N(0, 0.1) action noise, [400, 300], 10k learning starts).
 
-Optional MuJoCo part (``--mujoco``): HalfCheetah-v5 >= 3000 through the
-gymnasium bridge (``gym:HalfCheetah-v5``) for PQL, DDPGN and SB3 SAC within
-``--mujoco-budget`` seconds; skipped when mujoco is not importable.
+MuJoCo part (``--part mujoco`` or ``all``): HalfCheetah-v5 >= 3000 for the
+same seven arms within ``--mujoco-budget`` seconds each -- ours through the
+gymnasium bridge (``gym:HalfCheetah-v5``, 16 envs, settings in
+``pql/tuned.py`` ``HALFCHEETAH``; FastPPO with the PPO settings of
+``benchmarks/sources.py``), RLlib SAC and SB3 SAC/TD3 on gymnasium's
+``HalfCheetah-v5`` with their published MuJoCo settings (RLlib: lr 3e-4,
+tau 0.005, batch 256, 10k random steps; SB3 after rl-baselines3-zoo). The
+greedy evaluation uses 5 episodes every 30 s there (an episode is 1000
+steps). Skipped when mujoco is not importable.
 
-    python benchmarks/pql.py --budget 120                 # Pendulum part, ~10 min on 2 cores
+    python benchmarks/pql.py --budget 150                 # Pendulum part, ~15 min on 2 cores
     python benchmarks/pql.py --arms pql,ddpgn --seeds 0,1
-    python benchmarks/pql.py --mujoco --mujoco-budget 1800
+    python benchmarks/pql.py --part mujoco --mujoco-budget 360
     python benchmarks/pql.py --replot benchmarks/results/pql.json
 
 On 2 CPU cores the three PQL roles share two cores with each other (and with
@@ -52,6 +58,21 @@ TARGET = -200.0
 MUJOCO_TARGET = 3000.0
 REPORT_EVERY_S = 2.0
 EVAL_EPISODES = 10
+MUJOCO_REPORT_EVERY_S = 30.0
+MUJOCO_EVAL_EPISODES = 5
+# FastPPO on HalfCheetah: the shared PPO settings of benchmarks/sources.py (16 envs x 128 steps,
+# 10 epochs of 64-sample minibatches, lr 3e-4, [64, 64] tanh)
+PPO_HALFCHEETAH = dict(num_envs=16, rollout_length=128, num_epochs=10, num_minibatches=32, lr=3e-4, gamma=0.99,
+                       lambda_=0.95, clip_param=0.2, hidden_sizes=[64, 64], activation="tanh", grad_clip=0.5)
+
+
+def _is_mujoco(env: str) -> bool:
+    return "HalfCheetah" in env
+
+
+def _cadence(env: str):
+    """(seconds between greedy evaluations, evaluation episodes) for ``env``."""
+    return (MUJOCO_REPORT_EVERY_S, MUJOCO_EVAL_EPISODES) if _is_mujoco(env) else (REPORT_EVERY_S, EVAL_EPISODES)
 
 
 @contextlib.contextmanager
@@ -80,19 +101,20 @@ def arm_ours(ctx: H.ArmContext, algo: str, env: str = "Pendulum", **overrides: A
     from rllib_fast.algorithms.ppo import tuned as ppo_tuned
     from rllib_fast.algorithms.pql import tuned
 
+    every_s, episodes = _cadence(env)
     if algo == "FastPPO":
         from rllib_fast.algorithms.ppo import FastPPOConfig as C
 
-        kw = dict(ppo_tuned.PENDULUM)
+        kw = dict(PPO_HALFCHEETAH if _is_mujoco(env) else ppo_tuned.PENDULUM)
     else:
         from rllib_fast.algorithms import pql
 
         C = {"PQL": pql.PQLConfig, "DDPGN": pql.DDPGNConfig, "SACN": pql.SACNConfig}[algo]
-        kw = dict(tuned.PENDULUM)
+        kw = dict(tuned.HALFCHEETAH if _is_mujoco(env) else tuned.PENDULUM)
     kw.update(overrides)
     n = int(kw.pop("num_envs"))
     cfg = (C().environment(env, num_envs=n, env_device="cpu").training(**kw).debugging(seed=ctx.seed)
-           .evaluation(evaluation_duration=EVAL_EPISODES))
+           .evaluation(evaluation_duration=episodes))
     ctx.note(hyperparameters=dict(num_envs=n, **kw), config_class=C.__name__)
     ctx.start_clock()
     a = cfg.build_algo()
@@ -100,7 +122,7 @@ def arm_ours(ctx: H.ArmContext, algo: str, env: str = "Pendulum", **overrides: A
     try:
         while True:
             r = a.train()
-            if ctx.elapsed - last < REPORT_EVERY_S and ctx.elapsed < ctx.budget_s:
+            if ctx.elapsed - last < every_s and ctx.elapsed < ctx.budget_s:
                 continue
             last = ctx.elapsed
             with _clock_paused(ctx):
@@ -123,16 +145,25 @@ def arm_rllib_sac(ctx: H.ArmContext, env: str = "rllib-fast-gym:Pendulum") -> No
     from rllib_fast.envs.gymnasium import register_rllib_gym_envs
 
     register_rllib_gym_envs()
-    hp = dict(initial_alpha=1.001, actor_lr=2e-4, critic_lr=8e-4, alpha_lr=9e-4, lr=None, target_entropy="auto",
-              n_step=(2, 5), tau=0.005, train_batch_size_per_learner=256, target_network_update_freq=1,
-              replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 100000, "alpha": 1.0,
-                                    "beta": 0.0},
-              num_steps_sampled_before_learning_starts=256)
+    every_s, episodes = _cadence(env)
+    if _is_mujoco(env):   # the usual SAC MuJoCo settings (Haarnoja et al.; RLlib's MuJoCo SAC examples)
+        hp = dict(initial_alpha=1.0, actor_lr=3e-4, critic_lr=3e-4, alpha_lr=3e-4, lr=None, target_entropy="auto",
+                  n_step=1, tau=0.005, train_batch_size_per_learner=256, target_network_update_freq=1,
+                  replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": 1_000_000},
+                  num_steps_sampled_before_learning_starts=10_000)
+    else:
+        hp = dict(initial_alpha=1.001, actor_lr=2e-4, critic_lr=8e-4, alpha_lr=9e-4, lr=None,
+                  target_entropy="auto", n_step=(2, 5), tau=0.005, train_batch_size_per_learner=256,
+                  target_network_update_freq=1,
+                  replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 100000, "alpha": 1.0,
+                                        "beta": 0.0},
+                  num_steps_sampled_before_learning_starts=256)
     model = dict(fcnet_hiddens=[256, 256], fcnet_activation="relu", head_fcnet_hiddens=[])
-    cfg = (SACConfig().environment(env).env_runners(num_env_runners=0, num_envs_per_env_runner=1,
-                                                    gym_env_vectorize_mode="vector_entry_point")
+    # our Pendulum bridge has a vector entry point; gymnasium's MuJoCo envs use RLlib's default (sync)
+    vec_mode = {} if _is_mujoco(env) else dict(gym_env_vectorize_mode="vector_entry_point")
+    cfg = (SACConfig().environment(env).env_runners(num_env_runners=0, num_envs_per_env_runner=1, **vec_mode)
            .training(**hp).rl_module(model_config=DefaultModelConfig(**model))
-           .evaluation(evaluation_num_env_runners=0, evaluation_duration=EVAL_EPISODES,
+           .evaluation(evaluation_num_env_runners=0, evaluation_duration=episodes,
                        evaluation_duration_unit="episodes", evaluation_config={"explore": False})
            .reporting(min_sample_timesteps_per_iteration=200)
            .debugging(seed=ctx.seed))
@@ -143,7 +174,7 @@ def arm_rllib_sac(ctx: H.ArmContext, env: str = "rllib-fast-gym:Pendulum") -> No
     try:
         while True:
             r = algo.train()
-            if ctx.elapsed - last < REPORT_EVERY_S and ctx.elapsed < ctx.budget_s:
+            if ctx.elapsed - last < every_s and ctx.elapsed < ctx.budget_s:
                 continue
             last = ctx.elapsed
             with _clock_paused(ctx):
@@ -181,13 +212,17 @@ def arm_sb3(ctx: H.ArmContext, algo: str, env: str = "Pendulum-v1") -> None:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
 
-    if algo == "SAC":
-        hp: Dict[str, Any] = dict(learning_rate=1e-3)
+    every_s, episodes = _cadence(env)
+    act_dim = 6 if _is_mujoco(env) else 1
+    noise = NormalActionNoise(np.zeros(act_dim), 0.1 * np.ones(act_dim))
+    if algo == "SAC":   # zoo: Pendulum lr 1e-3; HalfCheetah defaults with 10k learning starts
+        hp: Dict[str, Any] = dict(learning_starts=10_000) if _is_mujoco(env) else dict(learning_rate=1e-3)
         cls = SAC
-    else:
-        hp = dict(learning_rate=1e-3, gamma=0.98, buffer_size=200_000, learning_starts=10_000,
-                  action_noise=NormalActionNoise(np.zeros(1), 0.1 * np.ones(1)), train_freq=1, gradient_steps=1,
+    else:   # zoo: Pendulum gamma 0.98, 200k buffer; HalfCheetah gamma 0.99, 1M buffer
+        hp = dict(learning_rate=1e-3, learning_starts=10_000, action_noise=noise, train_freq=1, gradient_steps=1,
                   policy_kwargs=dict(net_arch=[400, 300]))
+        if not _is_mujoco(env):
+            hp.update(gamma=0.98, buffer_size=200_000)
         cls = TD3
     ctx.note(hyperparameters={k: str(v) for k, v in hp.items()})
 
@@ -196,10 +231,11 @@ def arm_sb3(ctx: H.ArmContext, algo: str, env: str = "Pendulum-v1") -> None:
         stop = False
 
         def _on_step(self) -> bool:
-            if ctx.elapsed - Report.last >= REPORT_EVERY_S or ctx.elapsed >= ctx.budget_s:
+            if ctx.elapsed - Report.last >= every_s or ctx.elapsed >= ctx.budget_s:
                 Report.last = ctx.elapsed
                 with _clock_paused(ctx):
-                    ev = _greedy_eval_gym(lambda o: self.model.predict(o, deterministic=True)[0], env, ctx.seed)
+                    ev = _greedy_eval_gym(lambda o: self.model.predict(o, deterministic=True)[0], env, ctx.seed,
+                                          episodes)
                 buf = self.model.ep_info_buffer
                 tr = sum(e["r"] for e in buf) / len(buf) if buf else None
                 Report.stop = ctx.report(self.model.num_timesteps, ev, train_ret=tr)
@@ -211,22 +247,25 @@ def arm_sb3(ctx: H.ArmContext, algo: str, env: str = "Pendulum-v1") -> None:
 
 
 def all_arms(mujoco: bool = False) -> List[H.Arm]:
-    env = "gym:HalfCheetah-v5" if mujoco else "Pendulum"
+    """The seven arms on Pendulum, or (``mujoco``) the same seven on HalfCheetah-v5."""
+    ours = "gym:HalfCheetah-v5" if mujoco else "Pendulum"
+    gym_id = "HalfCheetah-v5" if mujoco else "Pendulum-v1"
+    rllib_env = gym_id if mujoco else "rllib-fast-gym:Pendulum"
     sfx = "-mujoco" if mujoco else ""
-    arms = [
-        H.Arm(f"pql{sfx}", "PQL", "PQL (threads, N=64)", "pql:arm_ours", dict(algo="PQL", env=env), num_envs=64),
-        H.Arm(f"ddpgn{sfx}", "DDPGN", "DDPG(n) (sequential, N=64)", "pql:arm_ours", dict(algo="DDPGN", env=env),
-              num_envs=64),
-    ]
-    if mujoco:
-        return arms + [H.Arm("sb3-sac-mujoco", "SB3", "SB3 SAC (1 env)", "pql:arm_sb3",
-                             dict(algo="SAC", env="HalfCheetah-v5"), num_envs=1)]
-    return arms + [
-        H.Arm("sacn", "SACN", "SAC(n) (sequential, N=64)", "pql:arm_ours", dict(algo="SACN"), num_envs=64),
-        H.Arm("fastppo", "FastPPO", "FastPPO (N=64)", "pql:arm_ours", dict(algo="FastPPO"), num_envs=64),
-        H.Arm("rllib-sac", "RLlib", "RLlib SAC (1 env)", "pql:arm_rllib_sac", {}, num_envs=1, needs_ray=True),
-        H.Arm("sb3-sac", "SB3", "SB3 SAC (1 env)", "pql:arm_sb3", dict(algo="SAC"), num_envs=1),
-        H.Arm("sb3-td3", "SB3-TD3", "SB3 TD3 (1 env)", "pql:arm_sb3", dict(algo="TD3"), num_envs=1),
+    n = 16 if mujoco else 64
+    return [
+        H.Arm(f"pql{sfx}", "PQL", f"PQL (threads, N={n})", "pql:arm_ours", dict(algo="PQL", env=ours), num_envs=n),
+        H.Arm(f"ddpgn{sfx}", "DDPGN", f"DDPG(n) (sequential, N={n})", "pql:arm_ours", dict(algo="DDPGN", env=ours),
+              num_envs=n),
+        H.Arm(f"sacn{sfx}", "SACN", f"SAC(n) (sequential, N={n})", "pql:arm_ours", dict(algo="SACN", env=ours),
+              num_envs=n),
+        H.Arm(f"fastppo{sfx}", "FastPPO", f"FastPPO (N={n})", "pql:arm_ours", dict(algo="FastPPO", env=ours),
+              num_envs=n),
+        H.Arm(f"rllib-sac{sfx}", "RLlib", "RLlib SAC (1 env)", "pql:arm_rllib_sac", dict(env=rllib_env), num_envs=1,
+              needs_ray=True),
+        H.Arm(f"sb3-sac{sfx}", "SB3", "SB3 SAC (1 env)", "pql:arm_sb3", dict(algo="SAC", env=gym_id), num_envs=1),
+        H.Arm(f"sb3-td3{sfx}", "SB3-TD3", "SB3 TD3 (1 env)", "pql:arm_sb3", dict(algo="TD3", env=gym_id),
+              num_envs=1),
     ]
 
 
@@ -250,34 +289,76 @@ def _beta_rows(records) -> List[List[Any]]:
     return rows
 
 
-def build_report(records, meta) -> str:
-    rows = H.aggregate_learn(records)
-    lines = [f"# PQL benchmark ({meta['date']})", "",
-             f"Machine: {meta['machine']}; {meta['threads']} torch thread(s) per arm; seeds {meta['seeds']}; "
-             f"time cap {meta['budget']:g} s per arm; target: greedy evaluation return >= {meta['target']:g} "
-             f"({EVAL_EPISODES} episodes, evaluation time excluded).", ""]
-    if meta.get("contention"):
-        lines += [f"**Taken under contention**: {meta['contention']}", ""]
-    if meta.get("updated"):
-        lines += [f"Updated {meta['updated']}.", ""]
+def _verdict(rows) -> str:
+    """The PQL-vs-DDPG(n) and PQL-vs-every-peer reading of one part."""
     reached = {r["family"]: r["t_reach"] for r in rows if r["n_reached"]}
-    lines += [H.learn_table(rows), ""]
+    best = {r["family"]: r["best_return"] for r in rows if r["best_return"] is not None}
+    verdict = []
     if "PQL" in reached:
-        verdict = []
         if "DDPGN" in reached:
             verdict.append(f"PQL reached the target {reached['DDPGN'] / reached['PQL']:.2f}x faster than DDPG(n) "
                            f"(the paper's central claim)")
         faster = sorted(f for f, t in reached.items() if f != "PQL" and t < reached["PQL"])
         verdict.append("no arm was faster than PQL" if not faster else
                        f"faster than PQL: {', '.join(faster)} (so the 'faster than every peer' target is not met here)")
-        lines += ["Reading: " + "; ".join(verdict) + ".", ""]
-    lines += [
-              "## Achieved speed ratios of PQL (per reported iteration, after warm-up)", "",
-              H.markdown_table(["arm", "seed", "critic updates / env step", "critic / policy updates",
-                                "Actor wait fraction", "V-learner wait fraction"], _beta_rows(records)), "",
-              "On 2 CPU cores the Actor, V-learner and P-learner share the cores; the V-learner is the bottleneck, "
-              "so the Actor waits most of the time (the controller holds 1:8) and the concurrency gain over "
-              "DDPG(n) is bounded by the overlap of acting with learning.", ""]
+    elif reached:
+        verdict.append(f"PQL did not reach the target; {', '.join(sorted(reached))} did")
+    else:
+        order = sorted(best, key=lambda f: -best[f])
+        verdict.append("no arm reached the target within the cap; best greedy return within the cap: "
+                       + ", ".join(f"{f} {best[f]:,.0f}" for f in order))
+    return "Reading: " + "; ".join(verdict) + "."
+
+
+def _returns_by_time(records, checkpoints) -> str:
+    """Best greedy return reached by each wall-clock checkpoint (medians over seeds)."""
+    body = []
+    for row in H.aggregate_learn(records):
+        cells = []
+        for c in checkpoints:
+            vals = []
+            for r in row["runs"]:
+                rets = [p["ret"] for p in r["points"] if p["ret"] is not None and p["t"] <= c]
+                vals.append(max(rets) if rets else None)
+            vals = [v for v in vals if v is not None]
+            cells.append(f"{sorted(vals)[len(vals) // 2]:,.0f}" if vals else "–")
+        steps = max((p["steps"] for r in row["runs"] for p in r["points"]), default=0)
+        body.append([row["label"]] + cells + [H.fmt_steps(steps)])
+    return H.markdown_table(["arm"] + [f"by {c:g} s" for c in checkpoints] + ["env steps in the cap"], body)
+
+
+def build_report(records, meta) -> str:
+    pend = [r for r in records if "mujoco" not in r["key"]]
+    muj = [r for r in records if "mujoco" in r["key"]]
+    lines = [f"# PQL benchmark ({meta['date']})", "",
+             f"Machine: {meta['machine']}; {meta['threads']} torch thread(s) per arm; seeds {meta['seeds']}; "
+             f"returns are greedy evaluation returns with the evaluation time excluded from the clock.", ""]
+    if meta.get("contention"):
+        lines += [f"**Taken under contention**: {meta['contention']}", ""]
+    if meta.get("updated"):
+        lines += [f"Updated {meta['updated']}.", ""]
+    if pend:
+        rows = H.aggregate_learn(pend)
+        lines += [f"## Pendulum (>= {meta['target']:g}, {EVAL_EPISODES} evaluation episodes every "
+                  f"{REPORT_EVERY_S:g} s, {meta['budget']:g} s cap)", "", H.learn_table(rows), "", _verdict(rows), "",
+                  "### Achieved speed ratios of PQL (per reported iteration, after warm-up)", "",
+                  H.markdown_table(["arm", "seed", "critic updates / env step", "critic / policy updates",
+                                    "Actor wait fraction", "V-learner wait fraction"], _beta_rows(pend)), "",
+                  "On 2 CPU cores the Actor, V-learner and P-learner share the cores; the V-learner is the "
+                  "bottleneck, so the Actor waits most of the time (the controller holds 1:8) and the "
+                  "concurrency gain over DDPG(n) is bounded by the overlap of acting with learning.", "",
+                  f"![Pendulum curves]({NAME}.png)", ""]
+    if muj:
+        rows = H.aggregate_learn(muj)
+        cap = meta.get("mujoco_budget", rows[0]["budget_s"])
+        lines += [f"## HalfCheetah-v5 (>= {MUJOCO_TARGET:g}, {MUJOCO_EVAL_EPISODES} evaluation episodes every "
+                  f"{MUJOCO_REPORT_EVERY_S:g} s, {cap:g} s cap)", "", H.learn_table(rows), "",
+                  "Best greedy return reached by each wall-clock time:", "",
+                  _returns_by_time(muj, [c for c in (60, 120, 240, cap) if c <= cap]), "", _verdict(rows), "",
+                  "### Achieved speed ratios of PQL on HalfCheetah", "",
+                  H.markdown_table(["arm", "seed", "critic updates / env step", "critic / policy updates",
+                                    "Actor wait fraction", "V-learner wait fraction"], _beta_rows(muj)), "",
+                  f"![HalfCheetah curves]({NAME}_mujoco.png)", ""]
     return "\n".join(lines)
 
 
@@ -326,8 +407,9 @@ def plot(records, path: str, target: float, title: str) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     H.add_common_args(p, budget=120.0, target=TARGET)
-    p.add_argument("--mujoco", action="store_true", help="also run the HalfCheetah-v5 part")
-    p.add_argument("--mujoco-budget", type=float, default=1800.0)
+    p.add_argument("--part", choices=("pendulum", "mujoco", "all"), default="pendulum",
+                   help="Pendulum arms, HalfCheetah-v5 arms, or both (default %(default)s)")
+    p.add_argument("--mujoco-budget", type=float, default=360.0, help="time cap per HalfCheetah arm, seconds")
     p.add_argument("--contention", default="", help="free text recorded in the report (e.g. other load)")
     args = p.parse_args(argv)
     results_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -348,40 +430,48 @@ def main(argv: Optional[List[str]] = None) -> None:
         quiet = dict(quiet_cores=args.wait_quiet if args.wait_quiet >= 0 else None,
                      quiet_timeout_s=min(args.quiet_timeout, 10.0) if args.quick else args.quiet_timeout)
         t0 = time.time()
-        arms = H.select_arms(all_arms(), args.arms)
-        print(f"{len(arms)} arms, seeds {seeds}, cap {budget:g}s, logs in {logdir}", flush=True)
-        records = H.run_arms(arms, seeds, budget_s=budget, target=args.target, threads=args.threads,
-                             logdir=logdir, grace_s=60.0, **quiet)
-        if args.mujoco:
+        records = []
+        parts = ["pendulum", "mujoco"] if args.part == "all" else [args.part]
+        if "mujoco" in parts:
             try:
                 import mujoco  # noqa: F401
             except ImportError:
                 print("mujoco is not installed: skipping the MuJoCo part", flush=True)
-            else:
-                records += H.run_arms(all_arms(True), seeds, budget_s=args.mujoco_budget, target=MUJOCO_TARGET,
-                                      threads=args.threads, logdir=logdir, grace_s=60.0, **quiet)
+                parts.remove("mujoco")
+        arms: List[H.Arm] = []
+        for part in parts:
+            muj = part == "mujoco"
+            part_arms = H.select_arms(all_arms(muj), args.arms)
+            arms += part_arms
+            cap = (min(args.mujoco_budget, 30.0) if args.quick else args.mujoco_budget) if muj else budget
+            print(f"{part}: {len(part_arms)} arms, seeds {seeds}, cap {cap:g}s, logs in {logdir}", flush=True)
+            records += H.run_arms(part_arms, seeds, budget_s=cap, target=MUJOCO_TARGET if muj else args.target,
+                                  threads=args.threads, logdir=logdir, grace_s=60.0, **quiet)
         meta = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
                     machine=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, "
                             f"Python {platform.python_version()}",
                     threads=args.threads, seeds=seeds, budget=budget, target=args.target,
-                    total_min=(time.time() - t0) / 60, contention=args.contention)
+                    mujoco_budget=args.mujoco_budget, total_min=(time.time() - t0) / 60, contention=args.contention)
         if args.update:   # replace the re-run arms' records in a saved result
             with open(args.update) as f:
                 old = json.load(f)
             records = H.merge_records(old["records"], records)
-            meta = dict(old["meta"], updated=f"{meta['date']}: {', '.join(a.key for a in arms)} re-run with a "
-                        f"{budget:g} s cap ({meta['contention'] or 'no note'})")
+            meta = dict(old["meta"], updated=f"{meta['date']}: {', '.join(a.key for a in arms)} re-run "
+                        f"({meta['contention'] or 'no note'})")
             if not args.out_dir:
                 out_dir = os.path.dirname(os.path.abspath(args.update))
     os.makedirs(out_dir, exist_ok=True)
-    md = build_report([r for r in records if "mujoco" not in r["key"]], meta)
-    muj = [r for r in records if "mujoco" in r["key"]]
-    if muj:
-        md += "\n## HalfCheetah-v5 (>= 3000)\n\n" + H.learn_table(H.aggregate_learn(muj)) + "\n"
+    md = build_report(records, meta)
     with open(os.path.join(out_dir, NAME + ".md"), "w") as f:
-        f.write(md + f"\n![curves]({NAME}.png)\n")
-    plot([r for r in records if "mujoco" not in r["key"]], os.path.join(out_dir, NAME + ".png"), args.target
-         if not args.replot else meta["target"], f"Pendulum to {meta['target']:g}: PQL vs baselines and peers")
+        f.write(md)
+    pend = [r for r in records if "mujoco" not in r["key"]]
+    muj = [r for r in records if "mujoco" in r["key"]]
+    if pend:
+        plot(pend, os.path.join(out_dir, NAME + ".png"), meta["target"],
+             f"Pendulum to {meta['target']:g}: PQL vs baselines and peers")
+    if muj:
+        plot(muj, os.path.join(out_dir, NAME + "_mujoco.png"), MUJOCO_TARGET,
+             f"HalfCheetah-v5 to {MUJOCO_TARGET:g}: PQL vs baselines and peers")
     if not args.replot:
         H.save_json(os.path.join(out_dir, NAME + ".json"), dict(meta=meta, records=records))
     print(md, flush=True)
