@@ -134,14 +134,21 @@ def ray_session():
         ray.shutdown()
 
 
-def test_pql_ray_backend_learns_and_restores(ray_session, tmp_path):
-    cfg = _config(PQLConfig, backend="ray")
+@pytest.mark.parametrize("transport", ["object_store", "collective"])
+def test_pql_ray_backend_learns_and_restores(ray_session, tmp_path, transport):
+    cfg = _config(PQLConfig, backend="ray", ray_transport=transport)
     algo = cfg.build_algo()
     try:
         best = _learn(algo, 30)
         assert best >= THRESHOLD
         r = algo.train()["learners"]["default_policy"]
         assert r["beta_av_achieved"] == pytest.approx(8.0, rel=0.1)
+        if transport == "collective":   # data and weights really went point to point (gloo here, NCCL on CUDA)
+            link = algo.backend.link
+            assert link.backend == "gloo" and link.bytes_sent > 0 and link.bytes_received > 0
+            assert link.in_flight == 0   # every send was settled by the learner's reply
+        else:
+            assert algo.backend.link is None
         algo.save_to_path(str(tmp_path))
         saved_actor = _flat(algo.actor.policy)
         saved_v = algo.backend.get_state("critic", False)["critic"]

@@ -140,10 +140,16 @@ def test_replay_allocates_once_reports_bytes_and_rejects_oversized():
     ("backend", "mpi", "'thread', 'ray'"),
     ("policy_learner", "td3", "'ddpg', 'sac'"),
     ("batch_size", 0, "'auto' or a positive int"),
+    ("ray_transport", "nccl", "'object_store', 'collective'"),
 ])
 def test_bad_config_values_name_key_and_allowed(key, value, allowed):
     with pytest.raises(ValueError, match=f"`{key}`.*allowed: (one of )?{allowed}"):
         PQLConfig().environment("Pendulum").training(**{key: value}).validate()
+
+
+def test_ray_transport_needs_the_ray_backend():
+    with pytest.raises(ValueError, match="`ray_transport` = 'collective' applies only to backend='ray'"):
+        PQLConfig().environment("Pendulum").training(ray_transport="collective").validate()
 
 
 def test_noise_decay_needs_fixed_noise():

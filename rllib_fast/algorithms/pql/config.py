@@ -223,6 +223,10 @@ class PQLConfig(PQLFamilyConfig):
         "num_gpus_per_v_learner": Param(0.0, "Ray back-end: GPUs of the V-learner actor's bundle", low=0.0),
         "num_gpus_per_p_learner": Param(0.0, "Ray back-end: GPUs of the P-learner actor's bundle", low=0.0),
         "num_cpus_per_pql_learner": Param(1.0, "Ray back-end: CPUs of each learner actor's bundle", low=0.0),
+        "ray_transport": Param("object_store", "Ray back-end: how tensors move between the Actor and the learners: "
+                               "inside the Ray calls (host memory; any cluster, mixed devices) or point to point "
+                               "over a torch.distributed group (NCCL device to device on CUDA, gloo on CPU)",
+                               (str,), choices=("object_store", "collective")),
         "ratio_window_s": Param(5.0, "time window of the reported achieved rates", low=0.0, low_open=True),
         "ratio_depth": Param("auto", "how far back (in critic updates) a lead or deficit counts; older history "
                              "is forgotten ('auto': 4*slack)", (str, float), check=(
@@ -250,6 +254,10 @@ class PQLConfig(PQLFamilyConfig):
 
     def validate_algorithm(self) -> None:
         super().validate_algorithm()
+        if self.ray_transport != "object_store" and self.backend != "ray":
+            self._value_error(f"{type(self).__name__}: `ray_transport` = {self.ray_transport!r} applies only to "
+                              f"backend='ray' (got backend={self.backend!r}); allowed: backend='ray', or "
+                              f"ray_transport='object_store'")
         if self.ratio_slack != "auto" and self.ratio_slack < max(self.beta_av, self.beta_pv):
             self._value_error(f"{type(self).__name__}: `ratio_slack` = {self.ratio_slack} is smaller than one "
                               f"Actor step (beta_av = {self.beta_av} critic updates); allowed: >= "

@@ -8,17 +8,30 @@ which covers the paper's layouts — all on one GPU (fractional GPUs), Actor on
 GPU 0 and learners on GPU 1, or one GPU each. Inside a Tune trial the learner
 actors are scheduled into the trial's placement group by bundle index.
 
-Transfer: the driver keeps one ``exchange`` call in flight per learner. A call
-carries the data batches gathered since the previous one (moved once to host
-memory, the way Ray's object store moves tensors between processes; the
-learner copies them to its device on arrival), the newest weights of the
-other learner, the observation statistics and the learner's current count
-limit from the driver's :class:`~rllib_fast.core.ratio.RatioController`; it
-returns the learner's update count (the driver mirrors it), its newest
-weights (when it published new ones) and its metrics. Everything is
-non-blocking: the driver harvests finished calls with ``ray.wait(timeout=0)``.
-Inside each learner actor a background thread runs the learning loop, gated
-locally by a :class:`~rllib_fast.core.ratio.LimitGate`.
+Exchange: the driver keeps one ``exchange`` call in flight per learner. A
+call delivers the data batches gathered since the previous one, the newest
+weights of the other learner, the observation statistics and the learner's
+current count limit from the driver's
+:class:`~rllib_fast.core.ratio.RatioController`; it returns the learner's
+update count (the driver mirrors it), its newest weights (when it published
+new ones) and its metrics. Everything is non-blocking: the driver harvests
+finished calls with ``ray.wait(timeout=0)``. Inside each learner actor a
+background thread runs the learning loop, gated locally by a
+:class:`~rllib_fast.core.ratio.LimitGate`.
+
+How the tensors travel (``ray_transport``):
+
+* ``"object_store"``: inside the Ray calls' arguments and results, i.e.
+  through host memory (what the reference code does). Works across nodes
+  and mixed devices.
+* ``"collective"``: point to point over a private torch.distributed group of
+  the driver (rank 0, the Actor's device), the V-learner (1) and the
+  P-learner (2) (:class:`~rllib_fast.core.tensor_link.TensorLink`): NCCL
+  device to device when all three are on CUDA (the paper's 2- and 3-GPU
+  layouts), gloo on CPU. The Ray calls then carry only the tensors' layout.
+  Data batches are concatenated per exchange (one message per field); the
+  V-learner's critic reaches the P-learner through the driver's device (the
+  driver forwards what it received), so no tensor touches host memory.
 """
 from __future__ import annotations
 
@@ -31,8 +44,10 @@ from typing import Any, Dict, List, Optional
 import ray
 import torch
 
+from ...core.distributed import free_port
 from ...core.multi_learner import close_actors
 from ...core.ratio import LimitGate
+from ...core.tensor_link import TensorLink
 from .components import CriticLearner, Dims, LiveParams, PolicyLearner
 from .nets import load_snapshot, snapshot
 
@@ -80,11 +95,18 @@ class PQLLearnerHost:
                                                             threading.Event())
         self.halt.set()
         self.error: Optional[str] = None
+        self.rows_per_add = rows_per_add
+        self.link: Optional[TensorLink] = None
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
     def device_name(self) -> str:
         return str(self.device)
+
+    def join(self, address: str, rank: int) -> str:
+        """Join the driver's point-to-point group (``ray_transport='collective'``)."""
+        self.link = TensorLink(rank, 3, address, self.device)
+        return self.link.backend
 
     # -- control ---------------------------------------------------------------
     def resume(self) -> bool:
@@ -106,7 +128,12 @@ class PQLLearnerHost:
         return {"count": self.learner.updates, "weights": _cpu(snapshot(module)),
                 "waited_s": self.gate.waited_s, "overrides": self.gate.overrides}
 
-    def exchange(self, batches: List, limit: float, weights) -> Dict[str, Any]:
+    def exchange(self, batches: List, limit: float, weights, wire: Optional[Dict[str, Any]] = None
+                 ) -> Dict[str, Any]:
+        if self.link is not None:
+            self.link.settle(0)   # the driver received what the previous reply announced
+        if wire is not None:   # the tensors come over the link, the call carries their layout
+            batches, weights = self._receive(wire)
         self.inbox.extend(batches)
         if weights is not None:
             with self.lock:
@@ -117,9 +144,26 @@ class PQLLearnerHost:
                                "metrics": self.learner.take_metrics().cpu(), "error": self.error}
         with self.lock:
             if self.published_version > self.returned_version:
-                out["weights"] = self.published
+                if self.link is None:
+                    out["weights"] = self.published
+                else:
+                    out["weights_wire"] = self.link.send(self.published, 0)
                 self.returned_version = self.published_version
         return out
+
+    def _receive(self, wire: Dict[str, Any]):
+        """Batches (split back into per-step chunks) and weights sent over the link."""
+        batches, weights = [], None
+        if wire["batch"] is not None:
+            keys = wire["keys"]
+            got = self.link.recv(wire["batch"], 0)
+            stats = tuple(got[len(keys):]) if wire["stats"] else None
+            chunks = [t.split(self.rows_per_add) for t in got[:len(keys)]]
+            batches = [({k: c[i] for k, c in zip(keys, chunks)}, None) for i in range(len(chunks[0]))]
+            batches[-1] = (batches[-1][0], stats)
+        if wire["weights"] is not None:
+            weights = self.link.recv(wire["weights"], 0)
+        return batches, weights
 
     def set_live(self, lr: float, actor_lr: float, tau: float, grad_clip) -> bool:
         self.live.lr, self.live.actor_lr, self.live.tau, self.live.grad_clip = lr, actor_lr, tau, grad_clip
@@ -138,14 +182,17 @@ class PQLLearnerHost:
         self.halt.set()
         self.gate.set_limit(math.inf)
         self.thread.join(timeout=10)
+        if self.link is not None:
+            self.link.close()
         return True
 
     # -- loop ------------------------------------------------------------------
     def _ingest(self) -> None:
         stats = None
         while self.inbox:
-            batch, stats = self.inbox.popleft()
+            batch, batch_stats = self.inbox.popleft()
             self.learner.add({k: v.to(self.device, non_blocking=True) for k, v in batch.items()})
+            stats = batch_stats if batch_stats is not None else stats
         if stats is not None:
             self.learner.set_stats(stats)
 
@@ -175,7 +222,7 @@ class PQLLearnerHost:
                 self.learner.update()
                 if self.learner.updates % every == 0:
                     module = self.learner.critic if self.role == "critic" else self.learner.policy
-                    snap = _cpu(snapshot(module))
+                    snap = snapshot(module) if self.link is not None else _cpu(snapshot(module))
                     with self.lock:
                         self.published = snap
                         self.published_version += 1
@@ -186,6 +233,7 @@ class PQLLearnerHost:
 
 class RayBackend:
     ROLES = ("critic", "policy")
+    RANKS = {"critic": 1, "policy": 2}   # in the point-to-point group; the driver (Actor) is 0
 
     def __init__(self, algo):
         from ray.util.placement_group import get_current_placement_group
@@ -215,13 +263,48 @@ class RayBackend:
         self.remote_waited = {r: 0.0 for r in self.ROLES}
         self.remote_overrides = {r: 0 for r in self.ROLES}
         self.metrics = {r: torch.zeros(2) for r in self.ROLES}
+        self.link: Optional[TensorLink] = None
+        if cfg.ray_transport == "collective":
+            self._open_link(algo.device)
+
+    def _open_link(self, device: torch.device) -> None:
+        kinds = {"Actor": device.type, **{f"{r} learner": torch.device(d).type for r, d in self.devices.items()}}
+        if len(set(kinds.values())) > 1:
+            self.close()
+            raise ValueError(f"PQL: `ray_transport` = 'collective' needs the Actor and both learners on the same "
+                             f"kind of device (NCCL for CUDA, gloo for CPU), got {kinds}; allowed: put them on one "
+                             f"kind, or use ray_transport='object_store'")
+        address = f"{ray.util.get_node_ip_address()}:{free_port()}"
+        joined = [self.hosts[r].join.remote(address, self.RANKS[r]) for r in self.ROLES]
+        self.link = TensorLink(0, 3, address, device)
+        ray.get(joined)
 
     # -- driver side -------------------------------------------------------------
     def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
-        cpu_stats = _cpu(stats)
-        cpu = _cpu(batch)
-        self.pending["critic"].append((cpu, cpu_stats))
-        self.pending["policy"].append(({"obs": cpu["obs"], "valid": cpu["valid"]}, cpu_stats))
+        if self.link is None:   # object store: one host copy, serialised with the next call
+            stats, batch = _cpu(stats), _cpu(batch)
+        self.pending["critic"].append((batch, stats))
+        self.pending["policy"].append(({"obs": batch["obs"], "valid": batch["valid"]}, stats))
+
+    def _start_exchange(self, role: str):
+        """Deliver what is pending for ``role`` in one ``exchange`` call (returns its ref)."""
+        batches, weights = self.pending[role], self.pending_weights[role]
+        self.pending[role], self.pending_weights[role] = [], None
+        limit = self.algo.controller.limit(role)
+        if self.link is None:
+            return self.hosts[role].exchange.remote(batches, limit, weights)
+        dst = self.RANKS[role]
+        wire: Dict[str, Any] = {"keys": None, "batch": None, "stats": False, "weights": None}
+        if batches:
+            keys = list(batches[0][0])
+            tensors = [torch.cat([b[k] for b, _ in batches]) for k in keys]
+            stats = batches[-1][1]
+            if stats is not None:
+                tensors += list(stats)
+            wire.update(keys=keys, batch=self.link.send(tensors, dst), stats=stats is not None)
+        if weights is not None:
+            wire["weights"] = self.link.send(weights, dst)
+        return self.hosts[role].exchange.remote([], limit, None, wire)
 
     def sync_actor(self) -> None:
         self.poll(0.0)
@@ -233,6 +316,10 @@ class RayBackend:
         self.remote_waited[role], self.remote_overrides[role] = res["waited_s"], res["overrides"]
         self.metrics[role] += res["metrics"]
         w = res["weights"]
+        if self.link is not None:
+            self.link.settle(self.RANKS[role])   # the learner received what this exchange sent
+            if res.get("weights_wire") is not None:
+                w = self.link.recv(res["weights_wire"], self.RANKS[role])
         if w is not None:
             if role == "critic":
                 self.pending_weights["policy"] = w
@@ -251,12 +338,9 @@ class RayBackend:
                 if ref is not None and ref in ready:
                     self.inflight[role] = None
                     self._harvest(role, ray.get(ref))
-        ctl = self.algo.controller
         for role in self.ROLES:
             if self.inflight[role] is None:
-                self.inflight[role] = self.hosts[role].exchange.remote(
-                    self.pending[role], ctl.limit(role), self.pending_weights[role])
-                self.pending[role], self.pending_weights[role] = [], None
+                self.inflight[role] = self._start_exchange(role)
 
     def gate_actor(self) -> float:
         """The Actor waits (polling the learners) while it is ahead."""
@@ -286,11 +370,9 @@ class RayBackend:
             if self.inflight[role] is not None:
                 self._harvest(role, ray.get(self.inflight[role]))
                 self.inflight[role] = None
-        flush = [self.hosts[r].exchange.remote(self.pending[r], self.algo.controller.limit(r), self.pending_weights[r])
-                 for r in self.ROLES]
+        flush = [self._start_exchange(r) for r in self.ROLES]
         for role, res in zip(self.ROLES, ray.get(flush)):
             self._harvest(role, res)
-            self.pending[role], self.pending_weights[role] = [], None
         results = ray.get([self.hosts[r].pause.remote() for r in self.ROLES])
         for role, res in zip(self.ROLES, results):
             self.algo.controller.set_count(role, res["count"])
@@ -317,3 +399,6 @@ class RayBackend:
     def close(self) -> None:
         close_actors(list(self.hosts.values()))
         self.hosts = {}
+        if self.link is not None:
+            self.link.close()
+            self.link = None
