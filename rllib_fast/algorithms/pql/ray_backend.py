@@ -29,7 +29,8 @@ How the tensors travel (``ray_transport``):
   P-learner (2) (:class:`~rllib_fast.core.tensor_link.TensorLink`): NCCL
   device to device when all three are on CUDA (the paper's 2- and 3-GPU
   layouts), gloo on CPU. The Ray calls then carry only the tensors' layout.
-  Data batches are concatenated per exchange (one message per field); the
+  The batches of one exchange are concatenated and packed into one message
+  per dtype (latency, not bandwidth, dominates small batches); the
   V-learner's critic reaches the P-learner through the driver's device (the
   driver forwards what it received), so no tensor touches host memory.
 """
