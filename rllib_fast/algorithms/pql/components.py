@@ -78,7 +78,12 @@ def make_critic(cfg, dims: Dims) -> DoubleQ:
 
 
 def _adamw(params, lr, wd):
-    return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+    """AdamW with the fused kernel where torch has one (CPU and CUDA): one call
+    for all parameters instead of ~10 small ops per parameter, which on a CPU
+    is ~5x less optimizer time and, for PQL's threads, far less GIL held."""
+    params = list(params)
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=wd, fused=fused or None)
 
 
 # ---------------------------------------------------------------------------
