@@ -137,6 +137,8 @@ def ray_session():
 @pytest.mark.parametrize("transport", ["object_store", "collective"])
 def test_pql_ray_backend_learns_and_restores(ray_session, tmp_path, transport):
     cfg = _config(PQLConfig, backend="ray", ray_transport=transport)
+    if transport == "collective":   # learners without GPUs are on CPU: keep the Actor there too (gloo)
+        cfg = cfg.environment("Pendulum", num_envs=64, env_device="cpu")
     algo = cfg.build_algo()
     try:
         best = _learn(algo, 30)
@@ -165,6 +167,15 @@ def test_pql_ray_backend_learns_and_restores(ray_session, tmp_path, transport):
         assert fresh.training_iteration == it + 1
     finally:
         fresh.stop()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_collective_transport_refuses_a_learner_on_the_actors_gpu(ray_session):
+    # NCCL cannot connect two ranks on one GPU: the 1-GPU layout must say so, not hang or crash in NCCL
+    cfg = _config(PQLConfig, n=8, backend="ray", ray_transport="collective", num_gpus_per_v_learner=0.25,
+                  num_gpus_per_p_learner=0.25).environment("Pendulum", num_envs=8, env_device="cuda:0")
+    with pytest.raises(ValueError, match="needs the learners on other GPUs than the Actor's"):
+        cfg.build_algo()
 
 
 @pytest.mark.parametrize("cls,kw", [

@@ -63,6 +63,13 @@ def _cpu(tree):
     return tree
 
 
+def _gpu_uuid(device: torch.device) -> Optional[str]:
+    """The physical GPU behind ``device`` (processes number their visible GPUs differently)."""
+    if device.type != "cuda":
+        return None
+    return str(torch.cuda.get_device_properties(device).uuid)
+
+
 @ray.remote
 class PQLLearnerHost:
     """One learner (role 'critic' = V, 'policy' = P) with its loop thread."""
@@ -103,6 +110,9 @@ class PQLLearnerHost:
 
     def device_name(self) -> str:
         return str(self.device)
+
+    def device_uuid(self) -> Optional[str]:
+        return _gpu_uuid(self.device)
 
     def join(self, address: str, rank: int) -> str:
         """Join the driver's point-to-point group (``ray_transport='collective'``)."""
@@ -275,6 +285,20 @@ class RayBackend:
             raise ValueError(f"PQL: `ray_transport` = 'collective' needs the Actor and both learners on the same "
                              f"kind of device (NCCL for CUDA, gloo for CPU), got {kinds}; allowed: put them on one "
                              f"kind, or use ray_transport='object_store'")
+        if device.type == "cuda":
+            # NCCL refuses two ranks of one communicator on one physical GPU. Only the driver-V and
+            # driver-P pairs ever talk, so the learners may share a GPU (the paper's 2-GPU layout)
+            # but neither may share the Actor's.
+            actor_gpu = _gpu_uuid(device)
+            shared = [r for r, u in zip(self.ROLES, ray.get([self.hosts[r].device_uuid.remote() for r in self.ROLES]))
+                      if u == actor_gpu]
+            if shared:
+                self.close()
+                raise ValueError(f"PQL: `ray_transport` = 'collective' (NCCL) needs the learners on other GPUs than "
+                                 f"the Actor's, but the {' and '.join(shared)} learner shares it; allowed: "
+                                 f"backend='thread' (zero-copy on one GPU), ray_transport='object_store', or "
+                                 f"learners on their own GPUs (e.g. env_device='cuda:0' and whole-GPU "
+                                 f"num_gpus_per_v_learner / num_gpus_per_p_learner)")
         address = f"{ray.util.get_node_ip_address()}:{free_port()}"
         joined = [self.hosts[r].join.remote(address, self.RANKS[r]) for r in self.ROLES]
         self.link = TensorLink(0, 3, address, device)
