@@ -532,6 +532,10 @@ def _summarize(trials, plan: Plan, collector, recorder, tune_kwargs) -> int:
     if best is not None:
         print(f"best trial: {best} ({best.trainable_name}, {best.status})", file=out)
         print(f"final return: {score:.4g}" + ("" if metric == RETURN_KEY else f" ({metric})"), file=out)
+        last = best.last_result or {}
+        if STEP_KEY in last:
+            print(f"trained: {int(last[STEP_KEY]):,} env steps, {last.get('training_iteration', 0)} iterations, "
+                  f"{last.get('time_total_s', 0.0):.1f} s", file=out)
         ckpt = getattr(best, "checkpoint", None)
         print(f"checkpoint: {ckpt.path if ckpt is not None else '(none)'}", file=out)
         if plan.tune_kwargs.get("search_alg") is not None or len(trials) > 1:
