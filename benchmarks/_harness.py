@@ -745,14 +745,19 @@ def merge_records(old: Sequence[Dict[str, Any]], new: Sequence[Dict[str, Any]]) 
 
 
 def merge_update(update_path: str, records: List[Dict[str, Any]], meta: Dict[str, Any],
-                 seeds: Sequence[int]) -> tuple:
+                 seeds: Sequence[int], note: Optional[str] = None) -> tuple:
     """``--update JSON``: the saved result with the re-run arms' records
     replaced, its meta marked as updated. Returns ``(records, meta, out_dir)``
-    with ``out_dir`` the saved result's folder."""
+    with ``out_dir`` the saved result's folder. With ``note``, ``updated``
+    keeps every update's "date: note" (joined by "; ") instead of the date."""
     with open(update_path) as f:
         old = json.load(f)
     records = merge_records(old["records"], records)
-    meta = dict(old["meta"], updated=meta["date"], update_min=meta["total_min"],
+    updated = meta["date"]
+    if note is not None:
+        earlier = old["meta"].get("updated")
+        updated = f"{earlier}; {updated}: {note}" if earlier else f"{updated}: {note}"
+    meta = dict(old["meta"], updated=updated, update_min=meta["total_min"],
                 seeds=sorted(set(old["meta"]["seeds"]) | set(seeds)))
     return records, meta, os.path.dirname(os.path.abspath(update_path))
 

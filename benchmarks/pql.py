@@ -117,25 +117,33 @@ def arm_ours(ctx: H.ArmContext, algo: str, env: str = "Pendulum", **overrides: A
            .evaluation(evaluation_duration=episodes))
     ctx.note(hyperparameters=dict(num_envs=n, **kw), config_class=C.__name__)
     ctx.start_clock()
-    a = cfg.build_algo()
+    _train_and_report(ctx, cfg.build_algo(), every_s)
+
+
+_PQL_EXTRAS = ("beta_av_achieved", "beta_pv_achieved", "actor_wait_fraction", "critic_wait_fraction",
+               "policy_wait_fraction")
+
+
+def _train_and_report(ctx: H.ArmContext, algo, every_s: float) -> None:
+    """Train an RLlib-style ``Algorithm`` until the harness says stop; every
+    ``every_s`` seconds (and at the cap) report its greedy evaluation return,
+    with the evaluation time excluded, plus PQL's ratio metrics if present."""
     last = -1e9
     try:
         while True:
-            r = a.train()
+            r = algo.train()
             if ctx.elapsed - last < every_s and ctx.elapsed < ctx.budget_s:
                 continue
             last = ctx.elapsed
             with _clock_paused(ctx):
-                ev = a.evaluate()["env_runners"]["episode_return_mean"]
+                ev = algo.evaluate().get("env_runners", {}).get("episode_return_mean")
             lr = r.get("learners", {}).get("default_policy", {})
-            extra = {k: _finite(lr.get(k)) for k in ("beta_av_achieved", "beta_pv_achieved", "actor_wait_fraction",
-                                                     "critic_wait_fraction", "policy_wait_fraction")
-                     if k in lr}
+            extra = {k: _finite(lr.get(k)) for k in _PQL_EXTRAS if k in lr}
             if ctx.report(r["num_env_steps_sampled_lifetime"], _finite(ev),
                           train_ret=_finite(r.get("env_runners", {}).get("episode_return_mean")), **extra):
                 break
     finally:
-        a.stop()
+        algo.stop()
 
 
 def arm_rllib_sac(ctx: H.ArmContext, env: str = "rllib-fast-gym:Pendulum") -> None:
@@ -169,22 +177,7 @@ def arm_rllib_sac(ctx: H.ArmContext, env: str = "rllib-fast-gym:Pendulum") -> No
            .debugging(seed=ctx.seed))
     ctx.note(hyperparameters={**{k: str(v) for k, v in hp.items()}, **model})
     ctx.start_clock()
-    algo = cfg.build_algo()
-    last = -1e9
-    try:
-        while True:
-            r = algo.train()
-            if ctx.elapsed - last < every_s and ctx.elapsed < ctx.budget_s:
-                continue
-            last = ctx.elapsed
-            with _clock_paused(ctx):
-                ev = algo.evaluate()
-            ret = ev.get("env_runners", {}).get("episode_return_mean")
-            if ctx.report(r["num_env_steps_sampled_lifetime"], _finite(ret),
-                          train_ret=_finite(r.get("env_runners", {}).get("episode_return_mean"))):
-                break
-    finally:
-        algo.stop()
+    _train_and_report(ctx, cfg.build_algo(), every_s)
 
 
 def _greedy_eval_gym(policy_fn, env_id: str, seed: int, episodes: int = EVAL_EPISODES) -> float:
@@ -345,7 +338,8 @@ def build_report(records, meta) -> str:
     pend = [r for r in records if "mujoco" not in r["key"]]
     muj = [r for r in records if "mujoco" in r["key"]]
     lines = [f"# PQL benchmark ({meta['date']})", "",
-             f"Machine: {meta['machine']}; {meta['threads']} torch thread(s) per arm; seeds {meta['seeds']}; "
+             f"Machine: {meta['machine']}; {meta['threads']} torch thread(s) per arm; "
+             f"seeds {sorted({r['seed'] for r in records})} (see each table's 'reached' column for the runs per arm); "
              f"returns are greedy evaluation returns with the evaluation time excluded from the clock.", ""]
     if meta.get("contention"):
         lines += [f"**Taken under contention**: {meta['contention']}", ""]
@@ -471,14 +465,9 @@ def main(argv: Optional[List[str]] = None) -> None:
                     threads=args.threads, seeds=seeds, budget=budget, target=args.target,
                     mujoco_budget=args.mujoco_budget, total_min=(time.time() - t0) / 60, contention=args.contention)
         if args.update:   # replace the re-run arms' records in a saved result
-            with open(args.update) as f:
-                old = json.load(f)
-            records = H.merge_records(old["records"], records)
-            note = f"{meta['date']}: {', '.join(a.key for a in arms)} re-run ({meta['contention'] or 'no note'})"
-            earlier = old["meta"].get("updated")
-            meta = dict(old["meta"], updated=f"{earlier}; {note}" if earlier else note)
-            if not args.out_dir:
-                out_dir = os.path.dirname(os.path.abspath(args.update))
+            note = f"{', '.join(a.key for a in arms)} re-run ({meta['contention'] or 'no note'})"
+            records, meta, saved_dir = H.merge_update(args.update, records, meta, seeds, note=note)
+            out_dir = args.out_dir or saved_dir
     os.makedirs(out_dir, exist_ok=True)
     md = build_report(records, meta)
     with open(os.path.join(out_dir, NAME + ".md"), "w") as f:
