@@ -168,3 +168,33 @@ def test_minatar_smoke_with_cnn_trunk_and_uint8_replay():
         r = algo.train()
     assert algo.num_updates > 0 and math.isfinite(r["learners"]["default_policy"]["td_loss"])
     algo.stop()
+
+
+@pytest.mark.parametrize("cls,kw", [(FastDQNConfig, {}), (RainbowConfig, {"v_min": 0.0, "v_max": 100.0})])
+def test_prioritized_replay_stores_abs_td_error_or_c51_cross_entropy(cls, kw):
+    """Scalar Q stores |delta|^alpha (Schaul et al.), not the Huber loss
+    (delta^2/2 for |delta| < 1); C51 stores its cross-entropy, as Rainbow does."""
+    eps = 1e-9
+    algo = small(cls, prioritized_replay=True, per_alpha=0.5, per_eps=eps, n_step=1, double_q=False,
+                 learning_starts=0, **kw).build_algo()
+    algo.train()
+    flat, action, obs = torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 1, 0]), torch.randn(4, 4)
+    algo.module.reset_noise = algo.target.reset_noise = lambda: None  # keep the noise fixed across forwards
+    with torch.no_grad():
+        if cls is FastDQNConfig:
+            q_sa = algo.module(obs)[torch.arange(4), action]
+        else:
+            log_p = torch.log_softmax(algo.module.logits(obs), -1)[torch.arange(4), action]
+    if cls is FastDQNConfig:
+        delta = torch.tensor([0.5, -0.3, 2.0, -0.05])
+        ret = q_sa + delta  # discount 0: the target is the reward, delta away from Q(s, a)
+        expected = (delta.abs().double() + eps).sqrt()
+    else:
+        atoms = torch.tensor([0, 1, 2, 25])  # support 0, 2, ..., 100: these returns project onto one atom
+        ret = atoms.float() * 2.0
+        expected = (-log_p[torch.arange(4), atoms].double() + eps).sqrt()
+    batch = {"obs": obs, "action": action, "return": ret, "discount": torch.zeros(4), "next_obs": obs}
+    algo.replay.sample_prioritized = lambda n, beta: (flat, torch.ones(4))
+    algo.replay.gather = lambda f, n, g: batch
+    algo._learn(1)
+    torch.testing.assert_close(algo.replay.tree.leaves()[:4], expected, rtol=1e-5, atol=1e-7)

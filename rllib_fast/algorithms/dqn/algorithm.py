@@ -167,7 +167,7 @@ class FastDQN(FastAlgorithm):
             if cfg.noisy:
                 self.module.reset_noise()
                 self.target.reset_noise()
-            loss_i, q_sa = self._loss(b)
+            loss_i, q_sa, priority = self._loss(b)
             loss = (w * loss_i).sum() / w.sum().clamp_min(1.0)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -175,7 +175,7 @@ class FastDQN(FastAlgorithm):
                 torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip, foreach=True)
             self.optimizer.step()
             if cfg.prioritized_replay:
-                self.replay.update_priorities(flat, loss_i.detach(), cfg.per_eps)
+                self.replay.update_priorities(flat, priority, cfg.per_eps)
             self.num_updates += 1
             self._sync_target()
             stats += torch.stack([loss.detach(), q_sa.detach().mean(), torch.ones((), device=self.device)])
@@ -186,7 +186,13 @@ class FastDQN(FastAlgorithm):
                 self.metrics.log_value((LEARNER_RESULTS, POLICY, "per_beta"), self._beta(), window=1)
 
     def _loss(self, b: Dict[str, torch.Tensor]):
-        """Per-sample losses (Huber TD or C51 cross-entropy) and Q(s, a).
+        """Per-sample losses (Huber TD or C51 cross-entropy), Q(s, a) and the
+        new replay priorities.
+
+        Priorities are |TD error| for scalar Q (Schaul et al.; the Huber loss
+        would store (delta^2 / 2)^alpha for |delta| < 1, squashing small errors
+        far below their proportional share) and the cross-entropy for C51, as
+        Rainbow does.
 
         With double Q, one online forward over ``[obs; next_obs]`` serves both
         the loss (first half, with gradients) and the next-action selection
@@ -217,11 +223,12 @@ class FastDQN(FastAlgorithm):
                 target = b["return"] + b["discount"] * next_v
         if not c51:
             q_sa = out_obs[idx, a]
-            return F.huber_loss(q_sa, target, delta=cfg.huber_delta, reduction="none"), q_sa
+            loss_i = F.huber_loss(q_sa, target, delta=cfg.huber_delta, reduction="none")
+            return loss_i, q_sa, (target - q_sa.detach()).abs()
         log_p = F.log_softmax(out_obs, dim=-1)[idx, a]
         loss_i = -(target_dist * log_p).sum(-1)
         q_sa = (log_p.exp() * self.module.support).sum(-1)
-        return loss_i, q_sa
+        return loss_i, q_sa, loss_i.detach()
 
     @torch.no_grad()
     def _sync_target(self) -> None:
