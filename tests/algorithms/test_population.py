@@ -329,3 +329,80 @@ def test_poptd3_k4_learns_pendulum_best_member():
         if best >= -250:
             break
     assert best >= -250, best
+
+
+# ----------------------------------------------------------------------------------------------
+# PopDQN on images: channels-last, as QNetwork reads them
+# ----------------------------------------------------------------------------------------------
+def test_popdqn_member_on_minatar_images_equals_a_qnetwork_with_its_weights():
+    """MinAtar frames are ``[10, 10, C]``; each member must convolve over the 10x10
+    plane with C input channels, exactly like ``QNetwork(trunk="minatar_cnn")``."""
+    from rllib_fast.algorithms.population.dqn import StackedQNet
+    from rllib_fast.core.qnets import QNetwork
+
+    torch.manual_seed(0)
+    K, shape, A = 3, (10, 10, 4), 5
+    pop = StackedQNet(K, shape, A, (32,), "relu", "cpu")
+    obs = (torch.rand(K, 6, *shape) < 0.3).to(torch.uint8)
+    q_pop = pop(obs)
+    for m in range(K):
+        ref = QNetwork(shape, A, trunk="minatar_cnn", hidden_sizes=(32,))
+        conv = ref.trunk[1].net[0]
+        with torch.no_grad():
+            conv.weight.copy_(pop.conv.weight[m])
+            conv.bias.copy_(pop.conv.bias[m])
+        ref.advantage.hidden = pop.head.layers[0].member(m)
+        ref.advantage.out = pop.head.layers[1].member(m)
+        torch.testing.assert_close(q_pop[m], ref(obs[m]), rtol=1e-5, atol=1e-5)
+
+
+def test_popdqn_trains_on_minatar():
+    algo = (PopDQNConfig().environment("minatar:breakout", num_envs=2)
+            .training(population_size=2, hidden_sizes=[16], batch_size=8, learning_starts=8, rollout_length=4,
+                      buffer_size=200, pbt_init="config", fused_update_steps=2)
+            .debugging(seed=0)).build_algo()
+    assert algo.q.conv.in_channels == algo.env.obs_shape[-1]
+    algo.train(); algo.train()
+    assert algo.num_updates > 0
+    algo.stop()
+
+
+def test_cemrl_update_budget_is_the_generations_total_env_steps():
+    """CEM-RL: the critic gets as many steps as the last generation took env steps
+    (all members' episodes together) and so does each trained actor; the
+    untrained half does not move."""
+    K, T = 4, 20
+    algo = tiny(CEMRLConfig, population_size=K, cem_max_episode_steps=T, learning_starts=0,
+                fused_update_steps=16).build_algo()
+    algo.train()                                   # generation 0: evaluation only, no updates yet
+    assert algo.num_updates == 0
+    total = K * algo.n * T                         # Pendulum never terminates: every episode is cut at T
+    assert algo.prev_generation_steps == total
+    critic_steps = algo.critic_opt.step_count.clone()
+    r = algo.train()
+    assert algo.num_updates == total
+    assert (algo.critic_opt.step_count - critic_steps == total).all()
+    trained = algo.train_mask
+    assert (algo.actor_opt.step_count[trained] == total).all()     # reset each generation, then `total` steps
+    assert (algo.actor_opt.step_count[~trained] == 0).all()
+    assert r["population"]["num_updates_lifetime"] == total
+
+
+def test_in_trial_pbt_shifts_list_valued_mutations_to_a_neighbour():
+    """Tune's PBT shifts a list-valued hyperparameter to its left/right neighbour
+    (resample_probability 0). Member values are float32 tensors (0.995 reads back
+    as 0.9950000047683716); they must still be found in the list."""
+    g = np.random.default_rng(0)
+    gammas = [0.98, 0.99, 0.995, 0.999]
+    v, op = M.explore(float(torch.tensor(0.995)), gammas, g, 0.0, (1.2, 0.8))
+    assert op == "shift" and v in (0.99, 0.999)
+    assert M.list_index(float(torch.tensor(0.99)), gammas) == 1 and M.list_index(0.5, gammas) is None
+
+    algo = tiny(population_size=8, pbt_fraction=0.5, pbt_interval=10, pbt_resample_probability=0.0,
+                hyperparam_mutations={"gamma": gammas}).build_algo()
+    for _ in range(5):
+        algo.hp["gamma"].fill_(0.995)
+        info = algo.pbt_round()
+        assert len(info["replaced"]) == 4
+        for m in info["replaced"]:
+            assert float(algo.hp["gamma"][m]) in (pytest.approx(0.99), pytest.approx(0.999)), m

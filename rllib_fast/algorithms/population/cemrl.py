@@ -8,13 +8,20 @@ One ``training_step`` is one generation:
    flattened policy parameters (mirrored pairs when ``cem_antithetic``) and
    load them into the stacked actor (one ``[K, P]`` copy);
 2. TD3-train the first ``cem_trained_fraction`` of them against the shared
-   critic: ``cem_grad_steps_per_env_step`` x (env steps per member of the
-   previous generation) update steps; all members' batches go through their
-   own target policies for the (population-averaged) critic loss, and only the
-   trained members' policies move (a mask on the vectorised optimizer, whose
-   state is reset each generation as in the paper's code);
+   critic for ``cem_grad_steps_per_env_step`` x (total env steps of the
+   previous generation, all members' episodes together) update steps. That is
+   CEM-RL's budget: sequentially, each trained actor gets ``total`` steps and
+   the critic ``total / n_trained`` before each of them, so ``total`` in all;
+   vectorised (Flajolet et al. §4.2), one update step is one critic step on
+   every member's batch plus one step of every trained actor, so the critic
+   and each actor still get ``total`` steps each. All members' batches go
+   through their own target policies for the (population-averaged) critic
+   loss, and only the trained members' policies move (a mask on the
+   vectorised optimizer, whose state is reset each generation as in the
+   paper's code);
 3. evaluate every member for one episode per env, noise-free (the fitness),
-   storing the transitions in the shared replay;
+   storing the transitions in the shared replay; the steps of these episodes
+   are the next generation's update budget;
 4. CEM update from the top ``cem_num_elites`` (log-rank weights):
    ``mu <- sum w_i theta_i``, ``var <- sum w_i (theta_i - mu_old)^2 + noise``,
    with ``noise`` decaying from ``cem_initial_std^2`` towards ``cem_final_noise``.
@@ -49,7 +56,7 @@ class CEMRL(PopTD3):
         self.n_trained = int(round(cfg.cem_trained_fraction * self.K))
         self.train_mask = torch.arange(self.K, device=self.device) < self.n_trained
         self.num_elites = cfg.cem_num_elites or max(1, self.K // 2)
-        self.prev_member_steps = 0
+        self.prev_generation_steps = 0   # env steps of the last generation's episodes, all members
         self.generation = 0
         self.mean_actor = StackedMLP(1, int(self.env.obs_shape[0]), tuple(cfg.hidden_sizes), self.act_dim,
                                      cfg.activation, cfg.layer_norm, device=self.device)
@@ -60,12 +67,12 @@ class CEMRL(PopTD3):
                 "cem_noise": _TensorBox(self.cem_noise)}
 
     def extra_state(self) -> Dict[str, Any]:
-        return {**super().extra_state(), "prev_member_steps": self.prev_member_steps,
+        return {**super().extra_state(), "prev_generation_steps": self.prev_generation_steps,
                 "generation": self.generation, "last_fitness": self.last_fitness.tolist()}
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         super().set_extra_state(state)
-        self.prev_member_steps, self.generation = state["prev_member_steps"], state["generation"]
+        self.prev_generation_steps, self.generation = state["prev_generation_steps"], state["generation"]
         self.last_fitness = np.asarray(state["last_fitness"], dtype=np.float64)
 
     # -- CEM ----------------------------------------------------------------------------------------------
@@ -116,14 +123,14 @@ class CEMRL(PopTD3):
         load_flat_members(self.actor_t, params)
         self.actor_opt.reset_members(torch.arange(self.K, device=self.device))
         n_updates = 0
-        if self.member_env_steps >= cfg.learning_starts and self.prev_member_steps > 0 and self.n_trained > 0:
-            n_updates = int(cfg.cem_grad_steps_per_env_step * self.prev_member_steps)
+        if self.member_env_steps >= cfg.learning_starts and self.prev_generation_steps > 0 and self.n_trained > 0:
+            n_updates = int(cfg.cem_grad_steps_per_env_step * self.prev_generation_steps)
             with self.metrics.log_time(("timers", "learn")):
                 self.learn(n_updates)
             params = flat_members(self.actor)          # trained members changed
         with self.metrics.log_time(("timers", "rollout")):
-            steps = self._evaluate_generation()
-        self.prev_member_steps = steps * self.n
+            steps, episode_steps = self._evaluate_generation()
+        self.prev_generation_steps = episode_steps
         self.log_env_steps(steps * self.env.num_envs)
         fitness = self.returns.fitness().cpu().numpy()
         self.last_fitness = fitness
@@ -134,14 +141,18 @@ class CEMRL(PopTD3):
         self.metrics.log_value(("population", "cem_mean_std"), self.var.sqrt().mean(), window=1)
 
     @torch.no_grad()
-    def _evaluate_generation(self) -> int:
-        """One noise-free episode per env (transitions stored); returns steps per env."""
+    def _evaluate_generation(self) -> tuple[int, int]:
+        """One noise-free episode per env (transitions stored); returns (steps
+        per env, steps inside the episodes summed over all envs). Envs whose
+        episode ended keep stepping until all are done; those steps are stored
+        as invalid and not counted in the second number."""
         cfg, env, K, n = self.config, self.env, self.K, self.n
         self.returns.reset_members(torch.arange(K, device=self.device))
         self.returns.ret.zero_()
         self.returns.len.zero_()
         obs = env.reset()
         finished = torch.zeros(env.num_envs, dtype=torch.bool, device=self.device)
+        episode_steps = torch.zeros((), dtype=torch.int64, device=self.device)
         limit = cfg.cem_max_episode_steps or env.max_episode_steps or 1000
         warm = self.member_env_steps < cfg.learning_starts and self.generation == 0
         t = 0
@@ -157,13 +168,14 @@ class CEMRL(PopTD3):
             self.replay.add(obs, self.to_replay_action(action), step.reward, step.terminated, done,
                             step.final_obs, valid)
             self.returns.update(step.reward, done, valid)
+            episode_steps += valid.sum()
             finished |= done & valid
             obs = step.obs
             self.env_steps += env.num_envs
             if t % 50 == 0 and bool(finished.all()):
                 break
         self.obs = obs
-        return t
+        return t, int(episode_steps)
 
     # -- mean policy -------------------------------------------------------------------------------------------
     def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:

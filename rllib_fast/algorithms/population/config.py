@@ -236,7 +236,9 @@ class CEMRLConfig(PopTD3Config):
         "cem_trained_fraction": Param(0.5, "fraction of the population trained with TD3 each generation",
                                       low=0.0, high=1.0),
         "cem_antithetic": Param(True, "mirrored sampling around the mean", (bool,)),
-        "cem_grad_steps_per_env_step": Param(1.0, "TD3 steps per env step of the previous generation",
+        "cem_grad_steps_per_env_step": Param(1.0, "TD3 update steps (critic + each trained actor) per env "
+                                             "step of the previous generation, all members' episodes together "
+                                             "(CEM-RL: 1)",
                                              low=0.0),
         "cem_max_episode_steps": Param(None, "cut evaluation episodes of a generation here (None: env limit)",
                                        (int,), low=1, optional=True),

@@ -4,7 +4,8 @@ Per member: its own epsilon-greedy stream (its epsilon anneals from
 ``epsilon_initial`` to its own ``epsilon_final``), its own lr, gamma and
 Polyak tau, its own replay columns. One update = one Huber double-Q step of
 every member; the paper fuses 10 of them per call (``fused_update_steps``).
-Image observations use a stacked MinAtar-style trunk (one grouped conv).
+Image observations (channels-last ``[H, W, C]``, the env convention that
+``QNetwork`` also reads) use a stacked MinAtar-style trunk (one grouped conv).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ...core.qnets import ChannelsLastToFirst, resolve_trunk_kind
 from ...core.stacked import StackedConv2d, StackedMLP, VectorAdam, copy_members
 from .base import PopulationAlgorithm
 from .config import PopDQNConfig
@@ -23,23 +25,29 @@ from .td3 import _b
 
 
 class StackedQNet(nn.Module):
-    """MLP, or for ``[C, H, W]`` observations one 3x3 conv (16 channels, MinAtar) + MLP head."""
+    """MLP, or for channels-last ``[H, W, C]`` images one 3x3 conv (16 channels,
+    MinAtar) + MLP head: member m computes what ``QNetwork(obs_shape,
+    trunk="minatar_cnn")`` computes with the same weights (same layout
+    handling, same flatten order)."""
 
     def __init__(self, K: int, obs_shape: tuple, num_actions: int, hidden, activation: str, device):
         super().__init__()
+        obs_shape = tuple(int(s) for s in obs_shape)
         self.conv = None
-        if len(obs_shape) == 3:
-            c, h, w = obs_shape
+        if resolve_trunk_kind(obs_shape) != "mlp":
+            h, w, c = obs_shape
+            self.to_channels_first = ChannelsLastToFirst()
             self.conv = StackedConv2d(K, c, 16, 3, device=device)
             in_dim = 16 * (h - 2) * (w - 2)
         else:
-            in_dim = int(obs_shape[0])
+            in_dim = obs_shape[0]
         self.head = StackedMLP(K, in_dim, hidden, num_actions, activation, device=device)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.float()
         if self.conv is not None:
             K, B = x.shape[:2]
+            x = self.to_channels_first(x.flatten(0, 1)).unflatten(0, (K, B))   # [K, B, C, H, W]
             x = F.relu(self.conv(x)).reshape(K, B, -1)
         return self.head(x)
 

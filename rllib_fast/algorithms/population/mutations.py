@@ -19,6 +19,7 @@ never Python's global ``random``, so a restored run explores identically.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -68,13 +69,33 @@ def sample(dist, rng: np.random.Generator):
     return value.item() if hasattr(value, "item") else value
 
 
+def list_index(value: Any, values: Sequence[Any]) -> Optional[int]:
+    """Index of ``value`` in ``values``, or None. Numbers match within a float32
+    rounding (relative 1e-6): member hyperparameters live in float32 tensors,
+    so 0.995 comes back as 0.9950000047683716 and an exact ``in`` would never
+    find it (and explore would always resample instead of shifting)."""
+    for i, v in enumerate(values):
+        if v == value:
+            return i
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    for i, v in enumerate(values):
+        if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) \
+                and math.isclose(float(v), x, rel_tol=1e-6, abs_tol=1e-12):
+            return i
+    return None
+
+
 def explore(value: Any, dist, rng: np.random.Generator, resample_probability: float,
             perturbation_factors: Sequence[float]) -> Tuple[Any, str]:
     """Tune's explore rule for one hyperparameter: (new value, operation)."""
     if isinstance(dist, list):
-        if rng.random() < resample_probability or value not in dist:
+        index = list_index(value, dist)
+        if rng.random() < resample_probability or index is None:
             return sample(dist, rng), "resample"
-        i = dist.index(value) + (1 if rng.random() < 0.5 else -1)
+        i = index + (1 if rng.random() < 0.5 else -1)
         return dist[min(max(i, 0), len(dist) - 1)], "shift"
     if rng.random() < resample_probability:
         return sample(dist, rng), "resample"
