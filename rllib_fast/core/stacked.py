@@ -8,12 +8,12 @@ the per-member Python/launch overhead of a sequential loop.
 
 Why each piece looks the way it does:
 
-* **Initialisation per member slice** (digest pitfall 5). Calling ``nn.init``
+* **Initialisation per member slice**. Calling ``nn.init``
   on a 3-D ``[K, in, out]`` tensor computes the fan from the wrong dimensions,
   so each member slice is initialised exactly as ``nn.Linear``/``nn.Conv2d``
   initialise themselves (Kaiming-uniform with a = sqrt(5), bias U(+-1/sqrt(fan_in)))
   and stored transposed (``[in, out]``) for ``x @ W``.
-* **Per-member hyperparameters are tensors** (pitfall 2). ``torch.optim.Adam``
+* **Per-member hyperparameters are tensors**. ``torch.optim.Adam``
   has one lr per param group, so :class:`VectorAdam` keeps lr, betas, eps and
   weight decay as ``[K]`` tensors. PBT writes new values into them in place:
   nothing is re-traced or recompiled, and no optimizer is rebuilt.
@@ -25,7 +25,7 @@ Why each piece looks the way it does:
   or 10 (DQN) updates per call without copying parameters to the host; here
   that is a loop of device ops with no ``.item()``. With ``compile=True`` the
   single-step function goes through ``torch.compile`` once and the first call's
-  time is reported separately as compile time (pitfall 9).
+  time is reported separately as compile time.
 """
 from __future__ import annotations
 
@@ -71,16 +71,22 @@ class StackedLinear(nn.Module):
                 bound = 1.0 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
                 self.bias[m].uniform_(-bound, bound)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, members: Optional[slice] = None) -> torch.Tensor:
+        """``members``: run only this slice of the members (e.g. Q1 of a twin
+        critic stacked as ``[Q1 members; Q2 members]``); ``x`` then carries that
+        many members (or one, shared)."""
+        weight = self.weight if members is None else self.weight[members]
+        bias = self.bias if self.bias is None or members is None else self.bias[members]
+        K = weight.shape[0]
         shape = x.shape
         x3 = x.reshape(shape[0], -1, shape[-1])
-        if x3.shape[0] != self.num_members:   # one shared input for every member (e.g. K=1 broadcast)
-            x3 = x3.expand(self.num_members, -1, -1)
-        if self.bias is None:
-            out = torch.bmm(x3, self.weight)
+        if x3.shape[0] != K:   # one shared input for every member (e.g. K=1 broadcast)
+            x3 = x3.expand(K, -1, -1)
+        if bias is None:
+            out = torch.bmm(x3, weight)
         else:
-            out = torch.baddbmm(self.bias, x3, self.weight)
-        return out.reshape(self.num_members, *shape[1:-1], self.out_features)
+            out = torch.baddbmm(bias, x3, weight)
+        return out.reshape(K, *shape[1:-1], self.out_features)
 
     @torch.no_grad()
     def load_member(self, m: int, linear: nn.Linear) -> None:
@@ -162,13 +168,15 @@ class StackedMLP(nn.Module):
             if layer_norm else None
         self.act = ACTIVATIONS[activation]()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, members: Optional[slice] = None) -> torch.Tensor:
+        """``[K, ..., in] -> [K, ..., out]``; with ``members`` only that slice of
+        the members runs (see :meth:`StackedLinear.forward`)."""
         n = len(self.layers)
         for i, layer in enumerate(self.layers):
-            x = layer(x)
+            x = layer(x, members)
             if i < n - 1:
                 if self.norms is not None:
-                    x = self.norms[i](x)
+                    x = self.norms[i](x, members)
                 x = self.act(x)
         return x
 
@@ -190,15 +198,23 @@ class StackedLayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(num_members, 1, dim, device=device))
         self.bias = nn.Parameter(torch.zeros(num_members, 1, dim, device=device))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, members: Optional[slice] = None) -> torch.Tensor:
+        weight = self.weight if members is None else self.weight[members]
+        bias = self.bias if members is None else self.bias[members]
         shape = x.shape
         x3 = F.layer_norm(x, shape[-1:], eps=self.eps).reshape(shape[0], -1, shape[-1])
-        return (x3 * self.weight + self.bias).reshape(shape)
+        return (x3 * weight + bias).reshape(shape)
 
 
 # ----------------------------------------------------------------------------------------------
-# member-slice utilities (PBT exploit, CEM sampling)
+# member-slice utilities (per-member hyperparameters, PBT exploit, CEM sampling)
 # ----------------------------------------------------------------------------------------------
+def member_broadcast(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """View a ``[K]`` per-member value (a hyperparameter tensor) so it broadcasts
+    over a ``[K, ...]`` tensor like ``like``."""
+    return v.view(-1, *([1] * (like.dim() - 1)))
+
+
 def member_tensors(module: nn.Module) -> List[torch.Tensor]:
     """Every parameter and buffer of a stacked module (all carry the member axis first)."""
     return list(module.parameters()) + list(module.buffers())
@@ -212,13 +228,6 @@ def copy_members(module: nn.Module, src: torch.Tensor, dst: torch.Tensor) -> Non
     any write, so a member may be both a source and a destination."""
     for t in member_tensors(module):
         t[dst] = t[src].clone()
-
-
-@torch.no_grad()
-def copy_members_from(dst_module: nn.Module, src_module: nn.Module, dst: torch.Tensor, src: torch.Tensor) -> None:
-    """``dst_module[dst] <- src_module[src]`` (e.g. target net <- online net of the donor)."""
-    for a, b in zip(member_tensors(dst_module), member_tensors(src_module)):
-        a[dst] = b[src].clone()
 
 
 def flat_members(module: nn.Module) -> torch.Tensor:
@@ -255,8 +264,6 @@ def clip_grads_per_member(grads: List[torch.Tensor], max_norm: torch.Tensor) -> 
 # ----------------------------------------------------------------------------------------------
 # optimizer
 # ----------------------------------------------------------------------------------------------
-def _bcast(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return v.view(-1, *([1] * (like.dim() - 1)))
 
 
 class VectorAdam:

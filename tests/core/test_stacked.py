@@ -162,3 +162,25 @@ def test_fused_steps_no_recompile_when_member_hyperparameters_change():
     assert dynamo_compile_count() == n0
     assert not torch.equal(before, flat_members(net))
     assert fused.compile_time_s >= 0.0
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_member_slice_forward_equals_that_slice_of_the_full_forward(layer_norm):
+    """``members=slice(...)`` runs only those members (Q1 of a twin critic stacked as
+    [Q1 members; Q2 members]) and gives bit-identical outputs and gradients to that
+    slice of the full forward."""
+    torch.manual_seed(0)
+    net = StackedMLP(2 * K, 5, (16, 16), 1, layer_norm=layer_norm)
+    with torch.no_grad():   # non-trivial LayerNorm affine parameters
+        for p in net.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    x = torch.randn(K, 7, 5)
+    full = net(torch.cat([x, x], 0))[:K]
+    sliced = net(x, members=slice(0, K))
+    assert sliced.shape == (K, 7, 1) and torch.equal(sliced, full)
+    g_slice = torch.autograd.grad(sliced.sum(), list(net.parameters()))
+    g_full = torch.autograd.grad(net(torch.cat([x, x], 0))[:K].sum(), list(net.parameters()))
+    for a, b in zip(g_slice, g_full):
+        assert torch.equal(a, b)
+    shared = net(x[:1], members=slice(0, K))          # one input for every member of the slice
+    assert torch.equal(shared, net(x[:1].expand(K, 7, 5), members=slice(0, K)))

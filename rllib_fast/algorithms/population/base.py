@@ -34,6 +34,7 @@ from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_LE
 from ...core.algorithm import FastAlgorithm
 from ...core.metrics import EpisodeTracker
 from ...core.stacked import FusedSteps
+from ...core.state import StateAdapter
 from . import mutations as M
 from .rng import MemberRNG
 from .tracking import MemberReturns
@@ -69,17 +70,6 @@ class HyperparameterTensors:
         self.applied = dict(state["applied"])
 
 
-class _NumpyRNG:
-    def __init__(self, seed: int):
-        self.g = np.random.default_rng(seed)
-
-    def state_dict(self):
-        return {"state": self.g.bit_generator.state}
-
-    def load_state_dict(self, state) -> None:
-        self.g.bit_generator.state = state["state"]
-
-
 class PopulationAlgorithm(FastAlgorithm):
     # -- construction ----------------------------------------------------------------------
     def build(self) -> None:
@@ -91,7 +81,7 @@ class PopulationAlgorithm(FastAlgorithm):
         self.tracker = EpisodeTracker(env.num_envs, self.device, cfg.metrics_num_episodes_for_smoothing)
         self.returns = MemberReturns(self.K, self.n, self.device, cfg.fitness_window)
         self.rng = MemberRNG.from_seed(self.seed, self.K, self.device)
-        self.host_rng = _NumpyRNG(self.seed)
+        self.host_rng = np.random.default_rng(self.seed)   # host-side PBT draws (selection, explore)
         self.mutations = cfg.resolved_mutations()
         self.hp = HyperparameterTensors(cfg.MEMBER_HPARAMS, self.K, self.device)
         for k in self.hp.names:
@@ -100,7 +90,7 @@ class PopulationAlgorithm(FastAlgorithm):
         if cfg.pbt_init == "sample":
             for k, dist in self.mutations.items():
                 for m in range(self.K):
-                    self.hp[k][m] = float(M.sample(dist, self.host_rng.g))
+                    self.hp[k][m] = float(M.sample(dist, self.host_rng))
         self.env_steps = 0          # total env steps (all members): host count of our own calls
         self.num_updates = 0        # update steps per member
         self.update_credit = 0.0
@@ -150,7 +140,8 @@ class PopulationAlgorithm(FastAlgorithm):
     # -- RLlib obligations -----------------------------------------------------------------------
     def stateful_components(self) -> Dict[str, Any]:
         out = {**super().stateful_components(), "returns": self.returns, "rng": self.rng,
-               "host_rng": self.host_rng, "hp": self.hp, **self.learner_components()}
+               "host_rng": StateAdapter.numpy_generator(self.host_rng), "hp": self.hp,
+               **self.learner_components()}
         if self.config.checkpoint_replay:
             out["replay"] = self.replay
         return out
@@ -244,7 +235,7 @@ class PopulationAlgorithm(FastAlgorithm):
     # -- in-trial PBT ---------------------------------------------------------------------------------
     def select(self, fitness: np.ndarray):
         """Truncation selection: (bottom members, their donors from the top)."""
-        cfg, g = self.config, self.host_rng.g
+        cfg, g = self.config, self.host_rng
         q = int(cfg.pbt_fraction * self.K)
         fit = np.where(np.isnan(fitness), -np.inf, fitness)
         order = np.argsort(fit, kind="stable")          # ascending
@@ -266,7 +257,7 @@ class PopulationAlgorithm(FastAlgorithm):
         self.exploit_members(src, dst)
         for k in self.hp.names:                                  # inherit, then explore
             self.hp[k][dst] = self.hp[k][src].clone()
-        g = self.host_rng.g
+        g = self.host_rng
         for m in bottom.tolist():
             for k, dist in self.mutations.items():
                 value, _ = M.explore(float(self.hp[k][m]), dist, g, cfg.pbt_resample_probability,

@@ -36,8 +36,9 @@ import numpy as np
 import torch
 
 from ...core.stacked import StackedMLP, flat_members, load_flat_members
+from ...core.state import StateAdapter
 from .config import CEMRLConfig
-from .td3 import PopTD3, _TensorBox
+from .td3 import PopTD3
 
 
 class CEMRL(PopTD3):
@@ -63,8 +64,8 @@ class CEMRL(PopTD3):
         self.last_fitness = np.full(self.K, np.nan)
 
     def learner_components(self) -> Dict[str, Any]:
-        return {**super().learner_components(), "mu": _TensorBox(self.mu), "var": _TensorBox(self.var),
-                "cem_noise": _TensorBox(self.cem_noise)}
+        return {**super().learner_components(), "mu": StateAdapter.tensor(self.mu),
+                "var": StateAdapter.tensor(self.var), "cem_noise": StateAdapter.tensor(self.cem_noise)}
 
     def extra_state(self) -> Dict[str, Any]:
         return {**super().extra_state(), "prev_generation_steps": self.prev_generation_steps,
@@ -103,18 +104,9 @@ class CEMRL(PopTD3):
         self.cem_noise.mul_(cfg.cem_noise_decay).add_((1 - cfg.cem_noise_decay) * cfg.cem_final_noise)
 
     # -- one generation ---------------------------------------------------------------------------------------
-    def td3_step(self, b, noise) -> None:
-        # only the trained half's policies move: fold the mask into the delay mask
-        hp = self.hp
-        y = self.critic_targets(b, noise)
-        grads = torch.autograd.grad(self.critic_loss(b, y), self.critic_params)
-        self.critic_opt.step(self.clip(grads))
-        self.update_counter += 1
-        delay = hp["policy_delay"].round().clamp_min(1.0).long()
-        mask = (torch.remainder(self.update_counter, delay) == 0) & self.train_mask
-        grads = torch.autograd.grad(self.policy_loss(b), self.actor_params)
-        self.actor_opt.step(self.clip(grads), mask=mask)
-        self.soft_update(mask)
+    def policy_mask(self) -> torch.Tensor:
+        """Only the trained part of the population moves (TD3's delay mask and the training mask)."""
+        return super().policy_mask() & self.train_mask
 
     def training_step(self) -> None:
         cfg = self.config
@@ -183,4 +175,4 @@ class CEMRL(PopTD3):
         with torch.no_grad():
             load_flat_members(self.mean_actor, self.mu.unsqueeze(0))
             a = torch.tanh(self.mean_actor(obs.float().unsqueeze(0)))[0]
-            return self.act_center + self.act_half * a
+            return self.to_env_action(a)

@@ -17,11 +17,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from ...core.qnets import ChannelsLastToFirst, resolve_trunk_kind
-from ...core.stacked import StackedConv2d, StackedMLP, VectorAdam, copy_members
+from ...core.stacked import (StackedConv2d, StackedMLP, VectorAdam, clip_grads_per_member, copy_members,
+                             member_broadcast as _b)
 from .base import PopulationAlgorithm
 from .config import PopDQNConfig
 from .replay import MemberReplay
-from .td3 import _b
 
 
 class StackedQNet(nn.Module):
@@ -109,8 +109,6 @@ class PopDQN(PopulationAlgorithm):
                 / w.sum(1).clamp_min(1.0)).sum()
         grads = torch.autograd.grad(loss, self.params)
         if cfg.grad_clip is not None:
-            from ...core.stacked import clip_grads_per_member
-
             grads = clip_grads_per_member(list(grads), torch.tensor(cfg.grad_clip, device=self.device))
         self.opt.step(grads)
         with torch.no_grad():

@@ -6,7 +6,7 @@ observations; the population's diversity is the log-determinant of the RBF
 kernel matrix ``K_ij = exp(-|e_i - e_j|^2 / (2 * scale))`` of these
 embeddings. The policy loss is ``sum_m L_m(theta_m) - w_t * log det(K)``: the
 second term depends on *all* policies, so gradients couple members (a
-per-member vmapped loss would be wrong; digest pitfall 7). The weight ``w_t``
+per-member vmapped loss would be wrong). The weight ``w_t``
 follows a schedule over total env steps instead of the original bandit.
 
 Numerical stability (the authors' code "sometimes crashes early on due to

@@ -1,6 +1,6 @@
 """Replay topology for populations: per-member buffers or one shared buffer.
 
-Digest pitfall 11: PBT needs one buffer *per member* (no data mixing), while
+PBT needs one buffer *per member* (no data mixing), while
 CEM-RL and DvD share one buffer. Both are one :class:`SegmentedReplay` over
 the ``K*n`` envs of the population env (its ``[C, K*n]`` layout already keeps
 every env's history in its own column, and member m's envs are columns

@@ -1,6 +1,6 @@
 """Counter-based random streams, one per population member.
 
-Digest pitfall 4: exploration noise, target-policy noise and minibatch
+Exploration noise, target-policy noise and minibatch
 sampling must come from *independent streams per member*; drawing one noise
 tensor and broadcasting it silently correlates the population. A Python loop
 over K ``torch.Generator`` objects would cost K kernel launches per draw, so

@@ -16,28 +16,26 @@ from typing import Any, Dict
 
 import torch
 
-from ...core.stacked import StackedMLP, VectorAdam, copy_members
+from ...core.stacked import StackedMLP, VectorAdam, copy_members, member_broadcast as _b
+from ...core.state import StateAdapter
+from .actor_critic import PopActorCritic
 from .config import PopSACConfig
-from .td3 import PopTD3, _b
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
-class PopSAC(PopTD3):
+class PopSAC(PopActorCritic):
     @classmethod
     def get_default_config(cls) -> PopSACConfig:
         return PopSACConfig()
 
-    def build_learner(self) -> None:
+    def build_actor(self) -> None:
         cfg = self.config
-        super().build_learner()
-        obs_dim = int(self.env.obs_shape[0])
         # the actor outputs mean and log-std
-        self.actor = StackedMLP(self.K, obs_dim, tuple(cfg.hidden_sizes), 2 * self.act_dim, cfg.activation,
+        self.actor = StackedMLP(self.K, self.obs_dim, tuple(cfg.hidden_sizes), 2 * self.act_dim, cfg.activation,
                                 cfg.layer_norm, device=self.device)
         self.actor_params = list(self.actor.parameters())
         self.actor_opt = VectorAdam(self.actor_params, self.K, lr=self.hp["actor_lr"], eps=cfg.adam_eps)
-        self.actor_t = None
         self.log_alpha = torch.full((self.K,), math.log(cfg.initial_alpha), device=self.device)
         self.alpha_opt = VectorAdam([self.log_alpha], self.K, lr=self.hp["alpha_lr"], eps=cfg.adam_eps)
 
@@ -46,11 +44,8 @@ class PopSAC(PopTD3):
         self.alpha_opt.lr.copy_(self.hp["alpha_lr"])
 
     def learner_components(self) -> Dict[str, Any]:
-        from .td3 import _TensorBox
-
-        out = super().learner_components()
-        out.pop("actor_t")
-        return {**out, "log_alpha": _TensorBox(self.log_alpha), "alpha_opt": self.alpha_opt}
+        return {**super().learner_components(), "log_alpha": StateAdapter.tensor(self.log_alpha),
+                "alpha_opt": self.alpha_opt}
 
     # -- policy ---------------------------------------------------------------------------------------------
     def sample_pi(self, obs: torch.Tensor, eps: torch.Tensor):
@@ -69,7 +64,7 @@ class PopSAC(PopTD3):
             a, _ = self.sample_pi(obs, self.rng.normal(*obs.shape[1:-1], self.act_dim))
         else:
             a = torch.tanh(self.actor(obs).chunk(2, -1)[0])
-        return self.act_center + self.act_half * a
+        return self.to_env_action(a)
 
     # -- learning ---------------------------------------------------------------------------------------------
     def update_step(self) -> None:
@@ -83,9 +78,8 @@ class PopSAC(PopTD3):
         with torch.no_grad():
             na, nlogp = self.sample_pi(b["next_obs"], eps_next)
             qt = torch.minimum(*self.twin_q(self.critic_t, b["next_obs"], na)) - _b(alpha, nlogp) * nlogp
-            y = _b(hp["reward_scale"], qt) * b["reward"] + _b(hp["gamma"], qt) * b["not_done"] * qt
-        grads = torch.autograd.grad(self.critic_loss(b, y), self.critic_params)
-        self.critic_opt.step(self.clip(grads))
+            y = self.bellman_target(b, qt)
+        self.critic_step(b, y)
         w = b["weight"]
         wsum = w.sum(1).clamp_min(1.0)
         a, logp = self.sample_pi(b["obs"], eps_pi)
@@ -98,10 +92,7 @@ class PopSAC(PopTD3):
             ent_err = ((w * (logp + target_entropy.unsqueeze(1))).sum(1) / wsum)     # [K]
         # d/d log_alpha of -(log_alpha * (logp + H_target)).mean()
         self.alpha_opt.step([-ent_err])
-        tau = hp["tau"].repeat(2) if not self.shared_critic else hp["tau"][:1].repeat(2)
-        with torch.no_grad():
-            for p, t in zip(self.critic.parameters(), self.critic_t.parameters()):
-                t.add_(_b(tau, p) * (p - t))
+        self.critic_soft_update(hp["tau"])
 
     # -- exploit ----------------------------------------------------------------------------------------------------
     @torch.no_grad()

@@ -24,18 +24,12 @@ from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from ...core.algorithm import FastAlgorithm
 from ...core.ratio import RatioController
+from ...core.state import StateAdapter
 from .components import ActorRole, CriticLearner, Dims, LiveParams, PolicyLearner, make_critic
 from .config import DDPGNConfig, PQLConfig, SACNConfig
 from .nets import load_snapshot, snapshot
 
 POLICY = "default_policy"
-
-
-class _StateAdapter:
-    """Gives ``stateful_components`` an object with state_dict/load_state_dict."""
-
-    def __init__(self, get, set_):
-        self.state_dict, self.load_state_dict = get, set_
 
 
 class _PQLFamily(FastAlgorithm):
@@ -120,8 +114,8 @@ class _PQLFamily(FastAlgorithm):
         return {"policy_net": self.p.policy, "critic_net": self.v.critic, "critic_target_net": self.v.target}
 
     def _state(self, learner, with_replay_ok: bool = True):
-        return _StateAdapter(lambda: learner.state_dict(self.config.checkpoint_replay and with_replay_ok),
-                             learner.load_state_dict)
+        return StateAdapter(lambda: learner.state_dict(self.config.checkpoint_replay and with_replay_ok),
+                            learner.load_state_dict)
 
 
 class _Sequential(_PQLFamily):
@@ -245,7 +239,7 @@ class PQL(_PQLFamily):
         else:
             be = lambda: self.backend  # noqa: E731 - the backend object changes on rebuild
             for key, role in (("v", "critic"), ("p", "policy")):
-                out[key] = _StateAdapter(
+                out[key] = StateAdapter(
                     (lambda r: lambda: be().get_state(r, self.config.checkpoint_replay))(role),
                     (lambda r: lambda s: be().set_state(r, s))(role))
         return out
