@@ -482,11 +482,12 @@ def run_plan(plan: Plan, args) -> int:
         with _env_var("RAY_AIR_NEW_OUTPUT", "0"):  # the classic CLIReporter tables
             analysis = tune.run(target, callbacks=callbacks, progress_reporter=reporter,
                                 verbose=verbose, raise_on_failed_trial=False, **kwargs)
-        trials = analysis.trials
+        # Summarise while Ray is still up: a trial's error file is found through its
+        # storage context, which needs the Ray session.
+        return _summarize(analysis.trials, plan, collector, recorder, kwargs)
     finally:
         if started:
             ray.shutdown()
-    return _summarize(trials, plan, collector, recorder, kwargs)
 
 
 def _short_trial_dirname(trial) -> str:
@@ -523,8 +524,6 @@ def _summarize(trials, plan: Plan, collector, recorder, tune_kwargs) -> int:
     errored = [t for t in trials if t.status == "ERROR"]
     print("", file=out)
     print(f"trials: {len(trials)} ({len(trials) - len(errored)} ok, {len(errored)} errored)", file=out)
-    for t in errored:
-        print(f"  trial {t} errored: {_trial_error(t)}", file=out)
     metric, mode = RETURN_KEY, "max"
     if tune_kwargs.get("metric"):
         metric, mode = tune_kwargs["metric"], tune_kwargs.get("mode") or "max"
@@ -555,6 +554,9 @@ def _summarize(trials, plan: Plan, collector, recorder, tune_kwargs) -> int:
     if recorder is not None:
         names = ", ".join(repr(n) for n in recorder.experiment_ids) or "(none)"
         print(f"mlflow: experiment {names}; view with: {ui_command(recorder.tracking_uri)}", file=out)
+    # The errors come last, so the real cause is what a user sees at the bottom of the console.
+    for t in errored:
+        print(f"trial {t} errored: {_trial_error(t)}", file=out)
     out.flush()
     if best is None and not errored:
         return 0 if trials else 1

@@ -185,6 +185,20 @@ def test_train_flags_fastppo(capsys, tmp_path):
     assert "over 2 episodes" in capsys.readouterr().out
 
 
+def test_failed_trial_summary_png_and_real_error_last(capsys, tmp_path):
+    """A trial that fails (here: the env rejects an env_config key) is summarised while Ray is
+    still up: the PNG is written and the last line printed is the trial's real error."""
+    cfg = dict(SMALL, env_config={"bogus_key": 1})
+    rc = main(["train", "--algo", "FastPPO", "--env", "CartPole", "--config", json.dumps(cfg),
+               "--stop", '{"training_iteration": 1}', "--no-mlflow", "-q", *RAY_ARGS])
+    out = capsys.readouterr().out
+    assert rc == 1, out[-3000:]
+    assert "trials: 1 (0 ok, 1 errored)" in out and "Ray must be initialized" not in out, out[-3000:]
+    assert (tmp_path / "runs" / "FastPPO_CartPole" / "learning_curves.png").is_file()
+    last = out.strip().splitlines()[-1]
+    assert "errored:" in last and "unexpected keyword argument 'bogus_key'" in last, out[-3000:]
+
+
 def test_train_flags_rllib_ppo_and_evaluate(capsys, tmp_path):
     rc = main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--config", json.dumps(PPO_SMALL),
                "--stop", '{"training_iteration": 1}', "--no-mlflow", *RAY_ARGS])
