@@ -406,3 +406,25 @@ def test_in_trial_pbt_shifts_list_valued_mutations_to_a_neighbour():
         assert len(info["replaced"]) == 4
         for m in info["replaced"]:
             assert float(algo.hp["gamma"][m]) in (pytest.approx(0.99), pytest.approx(0.999)), m
+
+
+def test_population_modules_import_no_private_names_and_sac_builds_only_its_own_policy():
+    """Each population file uses public helpers only (no ``from .td3 import _b``),
+    and PopSAC, a sibling of PopTD3, builds no deterministic actor or target policy."""
+    import ast
+    import pathlib
+
+    import rllib_fast.algorithms.population as pop
+
+    for path in pathlib.Path(pop.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").startswith("rllib_fast")):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{path.name} imports {private} from {node.module}"
+    from rllib_fast.algorithms.population.actor_critic import PopActorCritic
+    from rllib_fast.algorithms.population.sac import PopSAC
+    from rllib_fast.algorithms.population.td3 import PopTD3
+
+    assert PopActorCritic in PopSAC.__bases__ and not issubclass(PopSAC, PopTD3)
+    algo = tiny(PopSACConfig).build_algo()
+    assert not hasattr(algo, "actor_t") and algo.actor.layers[-1].out_features == 2 * algo.act_dim
