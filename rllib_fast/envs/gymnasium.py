@@ -418,8 +418,29 @@ class TensorVecEnvToGym(gym.vector.VectorEnv):
 
     def _actions_to_tensor(self, actions: Any) -> torch.Tensor:
         if self._discrete:
-            return torch.as_tensor(np.asarray(actions), dtype=torch.long, device=self.device)
+            arr = np.asarray(actions)
+            self._check_discrete(arr)
+            return torch.as_tensor(arr, dtype=torch.long, device=self.device)
         return torch.as_tensor(np.asarray(actions, dtype=np.float32), device=self.device)
+
+    def _check_discrete(self, arr: np.ndarray) -> None:
+        """Reject what a cast to long would silently change (-1 wraps around in the
+        source's indexing, 0.7 becomes 0): a one-line ValueError naming the values."""
+        ok = arr.shape == self.action_space.shape
+        if ok and not np.issubdtype(arr.dtype, np.integer):
+            ok = np.issubdtype(arr.dtype, np.number) and bool(np.all(np.isfinite(arr) & (arr == np.round(arr))))
+        if ok:
+            ok = bool(self.action_space.contains(arr.astype(self.action_space.dtype)))
+        if not ok:
+            flat = np.asarray(arr, dtype=np.float64).ravel() if np.issubdtype(arr.dtype, np.number) else arr.ravel()
+            space = self.single_action_space
+            if isinstance(space, gym.spaces.Discrete) and np.issubdtype(arr.dtype, np.number):
+                lo, hi = int(space.start), int(space.start) + int(space.n)
+                flat = flat[(flat < lo) | (flat >= hi) | (flat != np.round(flat))]
+            bad = np.unique(flat)[:5].tolist()
+            raise ValueError(f"TensorVecEnvToGym.step: invalid discrete actions (values {bad}, shape "
+                             f"{tuple(arr.shape)}); allowed: integers of {self.single_action_space} for each of "
+                             f"{self.num_envs} envs, shape {self.action_space.shape}")
 
     def _reset_rows(self, mask: torch.Tensor) -> Optional[torch.Tensor]:
         """``reset_idx(mask)``; returns the reset obs, full-batch or rows only."""

@@ -565,3 +565,18 @@ def test_rllib_ppo_runs_on_reverse_bridge(ray_session):
             assert float(np.sum(e.get_rewards())) == len(e)
     finally:
         algo.stop()
+
+
+def test_to_gym_rejects_invalid_discrete_actions():
+    """-1 (which would wrap around in the source's indexing) and 0.7 (which a cast makes 0)
+    are refused with one line naming the values; valid integer actions (also as floats 1.0) pass."""
+    env = TensorVecEnvToGym(make("CartPole", num_envs=4, device="cpu"), autoreset_mode="same_step")
+    env.reset(seed=0)
+    env.step(np.array([0, 1, 1, 0]))
+    env.step(np.array([0.0, 1.0, 1.0, 0.0]))
+    for bad, shown in ((np.array([0, -1, 1, 0]), "[-1.0]"), (np.array([0.7, 1, 0, 1]), "[0.7]"),
+                       (np.array([0, 2, 1, 0]), "[2.0]"), (np.array([0, 1]), "shape (2,)")):
+        with pytest.raises(ValueError) as info:
+            env.step(bad)
+        msg = str(info.value)
+        assert "invalid discrete actions" in msg and shown in msg and "\n" not in msg, msg
