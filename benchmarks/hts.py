@@ -1,7 +1,7 @@
 """HTS-RL benchmark: throughput vs sync interval alpha and step-time variance,
 learning curves vs wall-clock, and scores across actor counts.
 
-Part 1 (the paper's central claim, digest HTS-E1): 16 executors, each
+Part 1 (the paper's central claim, its Fig. 4: throughput vs step-time variance): 16 executors, each
 stepping one zero-cost env (``NullEnv``) wrapped in :class:`VariableTimeEnv` (a sleep per
 step drawn with mean ``--mean-ms`` and std ``k * mean`` for several ``k``:
 constant, shifted exponential, exponential, gamma). HTSPPO/HTSA2C at

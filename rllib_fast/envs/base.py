@@ -5,7 +5,7 @@ every observation, reward and flag as a torch tensor on ``device``. Algorithms
 never see per-env Python objects, so the hot path (act -> step -> store) stays a
 handful of batched tensor ops with no host synchronisation.
 
-Contract (DESIGN.md §4):
+Contract (drawn in ``docs/architecture.md``):
 
 * attributes ``num_envs``, ``device``, ``single_observation_space``,
   ``single_action_space`` (gymnasium spaces) and ``max_episode_steps`` (or None);

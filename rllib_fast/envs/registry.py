@@ -95,8 +95,9 @@ def make_from_context(name: str, ctx: Mapping[str, Any]) -> TensorVecEnv:
 def register_with_tune() -> None:
     """Make every plain name resolvable by RLlib/Tune (``register_env``).
 
-    Prefixed names are resolved by FastAlgorithm itself (Tune's registry needs
-    exact names), see :func:`rllib_fast.core.algorithm.resolve_env_creator`.
+    Prefixed names (``isaacgym:Ant``, ``mjlab:...``) are not registered here:
+    Tune's registry needs exact names, so FastAlgorithm resolves them itself
+    through :func:`make` when it builds its source.
     """
     from ray.tune.registry import register_env
 

@@ -1,6 +1,6 @@
 """A stand-in for Isaac Lab's ``DirectRLEnv`` / ``ManagerBasedRLEnv`` RL API.
 
-Reproduces what an adapter relies on (``shared/notes/peer-systems.md`` §1.8):
+Reproduces what an adapter relies on (Isaac Lab's documented ``ManagerBasedRLEnv`` step order):
 
 * ``reset(seed=None, options=None) -> (obs, extras)``; obs is a dict with
   ``"policy"`` (and ``"critic"`` when the task has a state space);

@@ -1,7 +1,7 @@
 """A stand-in for IsaacGymEnvs' ``VecTask`` base class and one small task.
 
 Written from the documented contract of ``isaacgymenvs/tasks/base/vec_task.py``
-(see ``shared/notes/peer-systems.md`` §1), reproducing exactly the semantics an
+(the class every IsaacGymEnvs task subclasses), reproducing exactly the semantics an
 RL adapter depends on, with plain torch "physics" instead of PhysX:
 
 * buffers allocated once on the sim device: ``obs_buf``, ``states_buf``,
