@@ -2,35 +2,23 @@
 
 Each algorithm family is a subpackage that exports two dicts, ``ALGORITHMS``
 (name -> ``FastAlgorithm`` subclass) and ``CONFIGS`` (name -> config class).
-They are merged here in the order of ``FAMILIES`` so a new family is one line,
-and a name claimed twice is an error rather than a silent override.
+They are merged here in a fixed order, so a new family is one import plus one
+entry in ``_FAMILIES``, and a name claimed twice is an error rather than a
+silent override.
 """
-import importlib
+from . import a2c, appo, dqn, hts, population, ppo, pql
 
-FAMILIES = ("ppo", "a2c", "dqn", "appo", "pql", "hts", "population")
+_FAMILIES = (ppo, a2c, dqn, appo, pql, hts, population)
 
 ALGORITHMS: dict = {}
 CONFIGS: dict = {}
 
-
-def _merge(family: str) -> None:
-    try:
-        module = importlib.import_module(f"{__name__}.{family}")
-    except ModuleNotFoundError as err:
-        # Only a family that does not exist yet is skipped; a missing
-        # dependency *inside* an existing family must surface.
-        if err.name == f"{__name__}.{family}":
-            return
-        raise
-    for name, cls in getattr(module, "ALGORITHMS", {}).items():
-        if name in ALGORITHMS:
-            raise RuntimeError(f"algorithm name {name!r} registered by two families")
-        ALGORITHMS[name] = cls
-    CONFIGS.update(getattr(module, "CONFIGS", {}))
-
-
-for _family in FAMILIES:
-    _merge(_family)
+for _family in _FAMILIES:
+    for _name, _cls in _family.ALGORITHMS.items():
+        if _name in ALGORITHMS:
+            raise RuntimeError(f"algorithm name {_name!r} registered by two families")
+        ALGORITHMS[_name] = _cls
+    CONFIGS.update(_family.CONFIGS)
 
 # ``from rllib_fast.algorithms import FastPPO`` keeps working for every family.
 globals().update({cls.__name__: cls for cls in (*ALGORITHMS.values(), *CONFIGS.values())})

@@ -8,7 +8,7 @@ learner can keep its hot path on the device (no ``.item()``, no host sync):
   encoders (Mnih et al. 2015 conv stack; Young & Tian 2019 MinAtar conv; MLP).
 - :class:`QNetwork`: trunk -> (dueling) (noisy) head(s), scalar or C51 output.
 - :func:`categorical_projection`: the C51 target projection (Bellemare et al. 2017, Alg. 1).
-- :func:`double_q_targets`, :func:`dueling_aggregate`: Double DQN / Dueling helpers.
+- :func:`dueling_aggregate`: the Dueling head's combination of value and advantages.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from rllib_fast.core.nets import ACTIVATIONS
 
 __all__ = [
     "NoisyLinear", "NatureCNN", "MinAtarCNN", "ChannelsLastToFirst", "make_trunk", "resolve_trunk_kind",
-    "conv_out_hw", "QNetwork", "categorical_projection", "double_q_targets",
+    "conv_out_hw", "QNetwork", "categorical_projection",
     "dueling_aggregate",
 ]
 
@@ -246,17 +246,6 @@ def dueling_aggregate(value: torch.Tensor, advantages: torch.Tensor) -> torch.Te
     if value.dim() == advantages.dim() - 1:
         value = value.unsqueeze(1)
     return value + advantages - advantages.mean(dim=1, keepdim=True)
-
-
-def double_q_targets(q_online_next: torch.Tensor, q_target_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Double DQN (van Hasselt et al. 2016): argmax with the online net, value from the target net.
-
-    Decoupling selection from evaluation removes the max-operator overestimation
-    bias. Returns ``(next_actions [B] long, next_values [B])``.
-    """
-    next_actions = q_online_next.argmax(dim=-1)
-    next_values = q_target_next.gather(-1, next_actions.unsqueeze(-1)).squeeze(-1)
-    return next_actions, next_values
 
 
 def categorical_projection(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,

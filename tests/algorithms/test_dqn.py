@@ -198,3 +198,31 @@ def test_prioritized_replay_stores_abs_td_error_or_c51_cross_entropy(cls, kw):
     algo.replay.gather = lambda f, n, g: batch
     algo._learn(1)
     torch.testing.assert_close(algo.replay.tree.leaves()[:4], expected, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("double_q", [True, False])
+def test_double_q_target_selects_with_online_net_and_evaluates_with_target_net(double_q):
+    """Double DQN (van Hasselt et al. 2016): the next action is the online net's
+    argmax, its value the target net's; plain DQN takes the target net's max."""
+    algo = small(FastDQNConfig, prioritized_replay=True, per_alpha=1.0, per_eps=1e-9, n_step=1,
+                 double_q=double_q, learning_starts=0).build_algo()
+    algo.train()
+    with torch.no_grad():  # make the two nets disagree
+        for p in algo.target.parameters():
+            p.add_(torch.randn_like(p))
+    flat, action = torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 1, 0])
+    obs, next_obs = torch.randn(4, 4), torch.randn(4, 4)
+    with torch.no_grad():
+        q_sa = algo.module(obs)[torch.arange(4), action]
+        q_next_target = algo.target(next_obs)
+        if double_q:
+            next_value = q_next_target.gather(1, algo.module(next_obs).argmax(1, keepdim=True)).squeeze(1)
+        else:
+            next_value = q_next_target.max(1).values
+    batch = {"obs": obs, "action": action, "return": torch.zeros(4), "discount": torch.ones(4), "next_obs": next_obs}
+    algo.replay.sample_prioritized = lambda n, beta: (flat, torch.ones(4))
+    algo.replay.gather = lambda f, n, g: batch
+    algo._learn(1)
+    expected = (next_value - q_sa).abs().double() + 1e-9
+    torch.testing.assert_close(algo.replay.tree.leaves()[:4], expected, rtol=1e-4, atol=1e-6)
+    algo.stop()

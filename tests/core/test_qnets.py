@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rllib_fast.core.qnets import (MinAtarCNN, NatureCNN, NoisyLinear, QNetwork, categorical_projection,
-                                   conv_out_hw, double_q_targets, dueling_aggregate, make_trunk)
+                                   conv_out_hw, dueling_aggregate, make_trunk)
 
 Z5 = torch.linspace(-2.0, 2.0, 5)          # atoms -2 -1 0 1 2, dz = 1
 P5 = torch.tensor([0.1, 0.2, 0.3, 0.2, 0.2])
@@ -87,14 +87,6 @@ def test_dueling_aggregate_mean_identity_and_shapes():
     assert ql.shape == (4, 3, 7)
     torch.testing.assert_close(ql.mean(1), vl[:, 0])
     torch.testing.assert_close(ql - ql[:, :1], al - al[:, :1])  # advantage differences kept
-
-
-def test_double_q_selects_with_online_evaluates_with_target():
-    q_online = torch.tensor([[1.0, 5.0, 2.0], [3.0, 0.0, -1.0]])
-    q_target = torch.tensor([[10.0, -1.0, 7.0], [0.5, 9.0, 4.0]])
-    actions, values = double_q_targets(q_online, q_target)
-    assert actions.tolist() == [1, 0]
-    torch.testing.assert_close(values, torch.tensor([-1.0, 0.5]))  # not max of target (10, 9)
 
 
 # ----------------------------------------------------------------- NoisyLinear
