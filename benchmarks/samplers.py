@@ -8,7 +8,7 @@ simulator process:
   and runs inference on the whole batch: ``sim(N) + inf(N)`` per step.
 * ``parallel``: :class:`~rllib_fast.envs.parallel.ParallelVecEnv`, 2 simulator
   processes x ``k`` envs, one barrier: ``sim(k) + inf(N)`` + IPC per step.
-* ``alternating``: :class:`~rllib_fast.envs.parallel.AlternatingVecEnv`, 2 groups x
+* ``alternating``: :class:`~rllib_fast.envs.alternating.AlternatingVecEnv`, 2 groups x
   1 process x ``k`` envs, driven by ``alternating_steps``: inference on group A
   overlaps simulation of group B, ~``max(sim(k) + inf(k), 2 inf(k))`` + IPC.
 * ``alternating-2x2`` (``--modes`` to add it): 2 groups x 2 processes x ``k``
@@ -142,7 +142,8 @@ def make_policy(env: Any, net: Any, flat: bool):
 
 def build_env(mode: str, name: str, k: int, seed: int, env_kwargs: Dict[str, Any]):
     from rllib_fast.envs import make
-    from rllib_fast.envs.parallel import AlternatingVecEnv, ParallelVecEnv
+    from rllib_fast.envs.alternating import AlternatingVecEnv
+    from rllib_fast.envs.parallel import ParallelVecEnv
 
     common = dict(seed=seed, affinity="auto", context="forkserver", env_kwargs=env_kwargs)
     if mode == "serial":
@@ -161,7 +162,7 @@ def run_arm(mode: str, name: str, k: int, seconds: float, seed: int, env_kwargs:
     import psutil
     import torch
 
-    from rllib_fast.envs.parallel import alternating_steps, split_groups
+    from rllib_fast.envs.alternating import alternating_steps, split_groups
 
     torch.manual_seed(seed)
     env = build_env(mode, name, k, seed, env_kwargs)

@@ -56,6 +56,26 @@ class Step(NamedTuple):
         return self.terminated | self.truncated
 
 
+def concat_steps(parts: Sequence[Step], device: Any = None) -> Step:
+    """One :class:`Step` from the steps of consecutive env slices (workers of a
+    process sampler, HTS executors), in order. ``valid`` stays None only when
+    every part's is (None rows count as valid); ``extras`` keeps the keys all
+    parts have. ``device`` moves every field there (None: where they are)."""
+    def cat(ts: Sequence[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([t if device is None else t.to(device) for t in ts])
+
+    valid = None
+    if any(p.valid is not None for p in parts):
+        valid = cat([p.valid if p.valid is not None else torch.ones_like(p.terminated) for p in parts])
+    keys = set(parts[0].extras or {})
+    for p in parts[1:]:
+        keys &= set(p.extras or {})
+    extras = {k: cat([p.extras[k] for p in parts]) for k in sorted(keys)}
+    return Step(obs=cat([p.obs for p in parts]), reward=cat([p.reward for p in parts]),
+                terminated=cat([p.terminated for p in parts]), truncated=cat([p.truncated for p in parts]),
+                final_obs=cat([p.final_obs for p in parts]), valid=valid, extras=extras)
+
+
 def canonical_device(device: Any) -> torch.device:
     """A concrete torch device ("cuda" -> "cuda:<current>") so it compares
     equal to the ``.device`` of tensors created on it."""

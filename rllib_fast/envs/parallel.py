@@ -16,10 +16,10 @@ Classes and helpers:
   ``make_env_fn(num_envs_per_worker, worker_seed(seed, w))`` (e.g. a
   :class:`~rllib_fast.envs.minatar.MinAtarVecEnv`). Usual form:
   ``ParallelVecEnv.from_name("minatar:breakout", num_envs=16, num_workers=2, seed=0)``.
-* :class:`AlternatingVecEnv` -- the same with ``num_groups=2``: envs ``[0, N/2)``
+* :class:`~rllib_fast.envs.alternating.AlternatingVecEnv` -- the same with ``num_groups=2``: envs ``[0, N/2)``
   are group A, ``[N/2, N)`` group B, each group served by its own workers and
   synchronised independently (``step_async_group`` / ``wait_group``).
-* :func:`alternating_steps` / :func:`alternating_rollout` -- the driver loop
+* ``alternating_steps`` / ``alternating_rollout`` (in :mod:`rllib_fast.envs.alternating`) -- the driver loop
   that alternates inference and simulation between the groups.
 * :class:`SerialVecEnv` -- the in-process reference: the same partition and the
   same per-worker seeds, stepped one source after the other. For the same
@@ -121,42 +121,20 @@ Decisions:
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
-import signal
 import time
-import traceback
 import weakref
 from multiprocessing import shared_memory
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from .base import Step, TensorVecEnv, canonical_device, check_num_envs
+from .base import Step, TensorVecEnv, canonical_device, check_num_envs, concat_steps
+from .workers import (CMD_GET_STATE, CMD_RESET, CMD_SET_STATE, CMD_STEP, MakeEnvFn, SharedLayout, WorkerError,
+                      WorkerResources, resolve_affinity, spin_acquire, worker_main, worker_seed)
 
-__all__ = ["ParallelVecEnv", "AlternatingVecEnv", "SerialVecEnv", "NamedEnvFactory", "ParallelEnvCreator",
-           "WorkerError",
-           "GroupRollout", "alternating_steps", "alternating_rollout", "concat_groups", "split_groups",
-           "worker_seed"]
-
-MakeEnvFn = Callable[[int, Optional[int]], TensorVecEnv]
-
-# command words (shared int32 per worker)
-_STEP, _RESET, _GET_STATE, _SET_STATE, _CLOSE = 1, 2, 3, 4, 5
-_ALIGN = 64
-
-
-class WorkerError(RuntimeError):
-    """A simulator worker raised, died, or the env was used after that."""
-
-
-def worker_seed(seed: Optional[int], worker: int) -> Optional[int]:
-    """Seed of worker ``worker``'s source: the first 32-bit word of the
-    ``worker``-th child of ``SeedSequence(seed)``; None for None."""
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence(int(seed), spawn_key=(int(worker),)).generate_state(1)[0])
+__all__ = ["ParallelVecEnv", "SerialVecEnv", "NamedEnvFactory", "ParallelEnvCreator", "WorkerError", "worker_seed"]
 
 
 class NamedEnvFactory:
@@ -198,281 +176,6 @@ class ParallelEnvCreator:
         return cls.from_name(self.name, int(ctx.get("num_envs", self.num_workers)), self.num_workers,
                              device=ctx.get("device", "cpu"), seed=ctx.get("seed"), env_kwargs=task,
                              **self.sampler_kwargs)
-
-
-# ---------------------------------------------------------------------------
-# shared-memory layout
-# ---------------------------------------------------------------------------
-class _Layout:
-    """Named numpy arrays at 64-byte aligned offsets of one shared block."""
-
-    def __init__(self) -> None:
-        self.fields: Dict[str, Tuple[int, Tuple[int, ...], str]] = {}
-        self.size = 0
-
-    def add(self, name: str, shape: Sequence[int], dtype: Any) -> None:
-        dt = np.dtype(dtype)
-        shape = tuple(int(s) for s in shape)
-        off = -(-self.size // _ALIGN) * _ALIGN
-        self.fields[name] = (off, shape, dt.str)
-        self.size = off + max(1, int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
-
-    def views(self, buf: memoryview) -> Dict[str, np.ndarray]:
-        out = {}
-        for name, (off, shape, dt) in self.fields.items():
-            count = int(np.prod(shape, dtype=np.int64))
-            out[name] = np.frombuffer(buf, dtype=np.dtype(dt), count=count, offset=off).reshape(shape)
-        return out
-
-
-def _np_dtype(t: torch.dtype) -> np.dtype:
-    return torch.empty(0, dtype=t).numpy().dtype
-
-
-def _space_torch_dtype(space: gym.spaces.Box) -> torch.dtype:
-    return torch.from_numpy(np.zeros(0, dtype=space.dtype)).dtype
-
-
-# ---------------------------------------------------------------------------
-# worker process
-# ---------------------------------------------------------------------------
-def _probe_spec(make_env_fn: MakeEnvFn) -> Dict[str, Any]:
-    """Obs dtype and extras (key -> (per-env shape, numpy dtype)) of a 1-env source."""
-    env = make_env_fn(1, None)
-    try:
-        obs = env.reset()
-        out = env.step(env.sample_actions())
-        extras = {}
-        for k, v in (out.extras or {}).items():
-            v = torch.as_tensor(v)
-            if v.dim() < 1 or v.shape[0] != 1:
-                raise ValueError(f"extras[{k!r}] must have a leading env dimension, got shape {tuple(v.shape)}")
-            extras[k] = (tuple(v.shape[1:]), _np_dtype(v.dtype).str)
-        return {"obs_dtype": _np_dtype(obs.dtype).str, "extras": extras}
-    finally:
-        env.close()
-
-
-def _write_rows(dst: np.ndarray, src: Any) -> None:
-    if isinstance(src, torch.Tensor):
-        src = src.detach()
-        if src.device.type != "cpu":
-            src = src.cpu()
-        src = src.numpy()
-    np.copyto(dst, src, casting="unsafe")
-
-
-def _spin_acquire(sem: Any, spin_s: float) -> bool:
-    """Poll ``sem`` for up to ``spin_s`` seconds, yielding the core between polls
-    (a runnable process on this core gets it), instead of sleeping in the
-    kernel: on VMs waking an idle vCPU costs tens of microseconds."""
-    if sem.acquire(block=False):
-        return True
-    if spin_s <= 0:
-        return False
-    end = time.perf_counter() + spin_s
-    yield_ = os.sched_yield
-    while time.perf_counter() < end:
-        yield_()
-        if sem.acquire(block=False):
-            return True
-    return False
-
-
-def _parent_alive(ppid: int) -> bool:
-    parent = mp.parent_process()
-    if parent is not None and not parent.is_alive():
-        return False
-    return os.getppid() == ppid
-
-
-def _serve(w: int, env: TensorVecEnv, conn: Any, cmd_sem: Any, done_sem: Any, buf: memoryview,
-           layout: _Layout, lo: int, hi: int, extra_keys: Sequence[str], ppid: int, spin_s: float) -> None:
-    """The worker's command loop. Every shared-memory view lives in this frame
-    only, so the block can be closed once it returns."""
-    v = layout.views(buf)
-    rows = slice(lo, hi)
-    actions_v, obs_v, final_v = v["actions"][rows], v["obs"][rows], v["final"][rows]
-    rew_v, term_v, trunc_v, valid_v = v["reward"][rows], v["terminated"][rows], v["truncated"][rows], v["valid"][rows]
-    ext_v = {k: v["x_" + k][rows] for k in extra_keys}
-    cmd, seeds, has_seed, has_final, valid_none = v["cmd"], v["seed"], v["has_seed"], v["has_final"], v["valid_none"]
-    while True:
-        if not _spin_acquire(cmd_sem, spin_s):
-            while not cmd_sem.acquire(timeout=1.0):
-                if not _parent_alive(ppid):
-                    return
-        c = int(cmd[w])
-        if c == _STEP:
-            out = env.step(torch.from_numpy(actions_v.copy()))
-            _write_rows(obs_v, out.obs)
-            _write_rows(rew_v, out.reward)
-            _write_rows(term_v, out.terminated)
-            _write_rows(trunc_v, out.truncated)
-            if out.final_obs is out.obs:
-                has_final[w] = 0
-            else:
-                _write_rows(final_v, out.final_obs)
-                has_final[w] = 1
-            if out.valid is None:
-                valid_none[w] = 1
-                valid_v[:] = True  # other workers' rows may be real flags this step
-            else:
-                valid_none[w] = 0
-                _write_rows(valid_v, out.valid)
-            extras = out.extras or {}
-            for k, dst in ext_v.items():
-                if k not in extras:
-                    raise KeyError(f"step() returned no extras[{k!r}], which the probe step returned "
-                                   f"(keys now: {sorted(extras)})")
-                _write_rows(dst, extras[k])
-        elif c == _RESET:
-            obs = env.reset(seed=int(seeds[w]) if has_seed[w] else None)
-            _write_rows(obs_v, obs)
-        elif c == _GET_STATE:
-            conn.send(("state", env.get_state()))
-        elif c == _SET_STATE:
-            env.set_state(conn.recv())
-        elif c == _CLOSE:
-            return
-        else:
-            raise RuntimeError(f"unknown command {c}")
-        done_sem.release()
-
-
-def _worker_main(w: int, make_env_fn: MakeEnvFn, n: int, seed: Optional[int], conn: Any,
-                 cmd_sem: Any, done_sem: Any, cpus: Optional[List[int]], probe: bool, spin_s: float) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    ppid = os.getppid()
-    shm = None
-    layout = None
-    env = None
-    try:
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        torch.set_num_threads(1)
-        env = make_env_fn(n, seed)
-        if int(env.num_envs) != n:
-            raise ValueError(f"make_env_fn({n}, seed) returned an env with num_envs={env.num_envs}")
-        if canonical_device(env.device).type != "cpu":
-            raise ValueError(f"make_env_fn must return a CPU env, got device {env.device}")
-        info = {"obs_space": env.single_observation_space, "act_space": env.single_action_space,
-                "max_episode_steps": getattr(env, "max_episode_steps", None), "pid": os.getpid(),
-                "spec": _probe_spec(make_env_fn) if probe else None}
-        conn.send(("ready", info))
-        msg = conn.recv()
-        if msg[0] != "attach":
-            return
-        _, shm_name, layout, lo, hi, extra_keys = msg
-        shm = shared_memory.SharedMemory(name=shm_name)
-        conn.send(("attached", None))
-        _serve(w, env, conn, cmd_sem, done_sem, shm.buf, layout, lo, hi, extra_keys, ppid, spin_s)
-    except BaseException as e:  # noqa: BLE001 - everything goes back to the main process
-        tb = traceback.format_exc()
-        try:
-            if shm is not None and layout is not None:
-                layout.views(shm.buf)["status"][w] = 1
-            conn.send(("error", f"{type(e).__name__}: {e}\n{tb}"))
-        except BaseException:
-            pass
-        done_sem.release()
-        os._exit(1)  # no cleanup: the traceback still references the views
-    try:
-        if env is not None:
-            env.close()
-    except Exception:
-        pass
-    if shm is not None:
-        shm.close()
-
-
-# ---------------------------------------------------------------------------
-# resources (owned by a weakref.finalize, so GC and interpreter exit clean up)
-# ---------------------------------------------------------------------------
-class _Resources:
-    def __init__(self) -> None:
-        self.procs: List[Any] = []
-        self.conns: List[Any] = []
-        self.cmd_sems: List[Any] = []
-        self.done_sems: List[Any] = []
-        self.shm: Optional[shared_memory.SharedMemory] = None
-        self.views: Dict[str, np.ndarray] = {}
-
-    def shutdown(self) -> None:
-        cmd = self.views.get("cmd")
-        for w, p in enumerate(self.procs):
-            if p.is_alive() and cmd is not None:
-                try:
-                    cmd[w] = _CLOSE
-                    self.cmd_sems[w].release()
-                except Exception:
-                    pass
-            elif p.is_alive():  # still in the handshake
-                try:
-                    self.conns[w].send(("close",))
-                except Exception:
-                    pass
-        started = [p for p in self.procs if getattr(p, "_popen", None) is not None]
-        deadline = time.monotonic() + 3.0
-        for p in started:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-        for p in started:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=1.0)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=1.0)
-        for c in self.conns:
-            try:
-                c.close()
-            except Exception:
-                pass
-        for p in self.procs:
-            try:
-                p.close()
-            except Exception:
-                pass
-        self.procs = []
-        self.views = {}
-        cmd = None
-        if self.shm is not None:
-            try:
-                self.shm.close()
-            except BufferError:  # a view is still referenced somewhere; the unlink below still frees it
-                pass
-            try:
-                self.shm.unlink()
-            except FileNotFoundError:
-                pass
-            self.shm = None
-
-
-# ---------------------------------------------------------------------------
-# the env
-# ---------------------------------------------------------------------------
-def _resolve_affinity(affinity: Any, num_workers: int, num_groups: int) -> List[Optional[List[int]]]:
-    if affinity is None:
-        return [None] * num_workers
-    if isinstance(affinity, str):
-        if affinity != "auto":
-            raise ValueError(f"affinity must be None, 'auto' or a per-worker list, got {affinity!r}")
-        if not hasattr(os, "sched_setaffinity"):
-            return [None] * num_workers
-        cpus = sorted(os.sched_getaffinity(0))
-        per_group = num_workers // num_groups
-        return [[cpus[(w % per_group) % len(cpus)]] for w in range(num_workers)]
-    affinity = list(affinity)
-    if len(affinity) != num_workers:
-        raise ValueError(f"affinity lists {len(affinity)} entries for {num_workers} workers")
-    out: List[Optional[List[int]]] = []
-    for a in affinity:
-        if a is None:
-            out.append(None)
-        elif isinstance(a, (int, np.integer)):
-            out.append([int(a)])
-        else:
-            out.append([int(x) for x in a])
-    return out
 
 
 class ParallelVecEnv(TensorVecEnv):
@@ -518,7 +221,7 @@ class ParallelVecEnv(TensorVecEnv):
                  context: str = "spawn", probe: bool = True, step_timeout: Optional[float] = None,
                  poll_s: float = 0.25, start_timeout: float = 300.0, spin_s: float = 0.0,
                  worker_spin_s: float = 0.0, forkserver_preload: Sequence[str] = ("rllib_fast.envs.parallel",)):
-        self._res = res = _Resources()
+        self._res = res = WorkerResources()
         self._finalizer = weakref.finalize(self, res.shutdown)
         self._broken: Optional[str] = None
         self.num_envs = n = check_num_envs(num_envs)
@@ -544,7 +247,7 @@ class ParallelVecEnv(TensorVecEnv):
         self.group_slices = [slice(g * wg * nw, (g + 1) * wg * nw) for g in range(G)]
         self.group_workers = [list(range(g * wg, (g + 1) * wg)) for g in range(G)]
         self.worker_slices = [slice(w * nw, (w + 1) * nw) for w in range(W)]
-        self.affinity = _resolve_affinity(affinity, W, G)
+        self.affinity = resolve_affinity(affinity, W, G)
         self._pending = [False] * G
 
         ctx = mp.get_context(context)
@@ -556,7 +259,7 @@ class ParallelVecEnv(TensorVecEnv):
         for w in range(W):
             parent_conn, child_conn = ctx.Pipe(duplex=True)
             cmd_sem, done_sem = ctx.Semaphore(0), ctx.Semaphore(0)
-            p = ctx.Process(target=_worker_main, name=f"rllib_fast-sim-{w}", daemon=True,
+            p = ctx.Process(target=worker_main, name=f"rllib_fast-sim-{w}", daemon=True,
                             args=(w, make_env_fn, nw, worker_seed(seed, w), child_conn, cmd_sem, done_sem,
                                   self.affinity[w], bool(probe) and w == 0, self.worker_spin_s))
             res.procs.append(p)
@@ -631,7 +334,7 @@ class ParallelVecEnv(TensorVecEnv):
         extras = spec["extras"] if spec else {}
         n, W = self.num_envs, self.num_workers
         shape = tuple(obs_space.shape)
-        lay = _Layout()
+        lay = SharedLayout()
         if isinstance(act_space, gym.spaces.Discrete):
             lay.add("actions", (n,), np.int64)
         else:
@@ -682,7 +385,7 @@ class ParallelVecEnv(TensorVecEnv):
         spin = self.spin_s
         for w in workers:
             sem = res.done_sems[w]
-            if not _spin_acquire(sem, spin) and not sem.acquire(timeout=poll):
+            if not spin_acquire(sem, spin) and not sem.acquire(timeout=poll):
                 deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout - poll
                 while not sem.acquire(timeout=poll):
                     p = res.procs[w]
@@ -761,7 +464,7 @@ class ParallelVecEnv(TensorVecEnv):
             raise RuntimeError(f"group {g} already has a step in flight; call wait_group({g}) first")
         sl = self.group_slices[g]
         self._write_actions(sl.start, sl.stop, actions)
-        self._send(self.group_workers[g], _STEP)
+        self._send(self.group_workers[g], CMD_STEP)
         self._pending[g] = True
 
     def wait_group(self, g: int) -> Step:
@@ -780,7 +483,7 @@ class ParallelVecEnv(TensorVecEnv):
         if any(self._pending):
             raise RuntimeError("a step is already in flight")
         self._write_actions(0, self.num_envs, actions)
-        self._send(range(self.num_workers), _STEP)
+        self._send(range(self.num_workers), CMD_STEP)
         self._pending = [True] * self.num_groups
 
     def step_wait(self) -> Step:
@@ -806,14 +509,14 @@ class ParallelVecEnv(TensorVecEnv):
             v["has_seed"][w] = s is not None
             v["seed"][w] = 0 if s is None else s
         workers = range(self.num_workers)
-        self._send(workers, _RESET)
+        self._send(workers, CMD_RESET)
         self._wait(workers)
         return self._out(torch.from_numpy(v["obs"].copy()))
 
     def get_state(self) -> Optional[Dict[str, Any]]:
         self._check_usable()
         workers = range(self.num_workers)
-        self._send(workers, _GET_STATE)
+        self._send(workers, CMD_GET_STATE)
         states = [self._recv(w, "state", self.step_timeout) for w in workers]
         self._wait(workers)
         if any(s is None for s in states):
@@ -826,7 +529,7 @@ class ParallelVecEnv(TensorVecEnv):
         if len(states) != self.num_workers:
             raise ValueError(f"state holds {len(states)} workers, this env has {self.num_workers}")
         workers = range(self.num_workers)
-        self._send(workers, _SET_STATE)
+        self._send(workers, CMD_SET_STATE)
         for w in workers:
             self._res.conns[w].send(states[w])
         self._wait(workers)
@@ -855,19 +558,6 @@ class ParallelVecEnv(TensorVecEnv):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.make_env_fn!r}, num_envs={self.num_envs}, "
                 f"num_workers={self.num_workers}, num_groups={self.num_groups}, device={self.device})")
-
-
-class AlternatingVecEnv(ParallelVecEnv):
-    """:class:`ParallelVecEnv` with two groups (A = the first half of the envs
-    and of the workers, B = the second) synchronised independently. Drive it
-    with :func:`alternating_rollout` / :func:`alternating_steps`; its ``step()``
-    (all envs at once) is correct but gains nothing over the sync sampler.
-    ``num_workers`` counts all processes (2 = one per group)."""
-
-    def __init__(self, make_env_fn: MakeEnvFn, num_envs: int, num_workers: int = 2, device: Any = "cpu",
-                 seed: Optional[int] = None, affinity: Any = None, *, num_groups: int = 2, **kwargs: Any):
-        super().__init__(make_env_fn, num_envs, num_workers, device=device, seed=seed, affinity=affinity,
-                         num_groups=num_groups, **kwargs)
 
 
 # ---------------------------------------------------------------------------
@@ -908,7 +598,7 @@ class SerialVecEnv(TensorVecEnv):
         actions = torch.as_tensor(actions)
         nw = self._nw
         outs = [self.envs[w].step(actions[j * nw:(j + 1) * nw]) for j, w in enumerate(workers)]
-        return _cat_steps(outs, self.device)
+        return concat_steps(outs, self.device)
 
     def step(self, actions: Any) -> Step:
         return self._step_workers(range(self.num_workers), actions)
@@ -933,164 +623,3 @@ class SerialVecEnv(TensorVecEnv):
         for e in self.envs:
             e.close()
         self.envs = []
-
-
-def _cat_steps(outs: Sequence[Step], device: torch.device) -> Step:
-    def cat(ts: Sequence[torch.Tensor]) -> torch.Tensor:
-        return torch.cat([t.to(device) for t in ts])
-
-    valid = None
-    if any(o.valid is not None for o in outs):
-        valid = cat([o.valid if o.valid is not None else torch.ones_like(o.terminated) for o in outs])
-    keys = set(outs[0].extras or {})
-    extras = {k: cat([o.extras[k] for o in outs]) for k in keys}
-    return Step(obs=cat([o.obs for o in outs]), reward=cat([o.reward for o in outs]),
-                terminated=cat([o.terminated for o in outs]), truncated=cat([o.truncated for o in outs]),
-                final_obs=cat([o.final_obs for o in outs]), valid=valid, extras=extras)
-
-
-# ---------------------------------------------------------------------------
-# the alternating driver loop
-# ---------------------------------------------------------------------------
-PolicyFn = Callable[[torch.Tensor, int], Union[torch.Tensor, Tuple[torch.Tensor, Dict[str, torch.Tensor]]]]
-
-
-def _split_policy_out(out: Any) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
-    if isinstance(out, tuple):
-        actions, extras = out
-        return actions, dict(extras or {})
-    return out, {}
-
-
-def _groups_of(env: TensorVecEnv) -> Tuple[int, List[slice]]:
-    if hasattr(env, "step_async_group"):
-        return int(env.num_groups), list(env.group_slices)
-    return 1, [slice(0, env.num_envs)]
-
-
-def split_groups(env: TensorVecEnv, x: torch.Tensor) -> List[torch.Tensor]:
-    """Per-group rows of an all-env tensor (views), e.g. ``split_groups(env, env.reset(seed))``."""
-    return [x[sl] for sl in _groups_of(env)[1]]
-
-
-def alternating_steps(env: TensorVecEnv, policy_fn: PolicyFn, num_steps: int,
-                      obs: Optional[Sequence[torch.Tensor]] = None, seed: Optional[int] = None
-                      ) -> Iterator[Tuple[int, torch.Tensor, torch.Tensor, Step, Dict[str, torch.Tensor]]]:
-    """Run ``num_steps`` steps of every group, alternating inference and simulation.
-
-    Yields ``(g, obs, actions, step, policy_extras)`` for each group step, in
-    the order ``(t=0, A), (t=0, B), (t=1, A), ...``: ``obs`` is what group ``g``
-    acted on, ``step`` its result (``step.final_obs`` is the next observation,
-    ``step.obs`` the one to act on next). ``obs`` = per-group observations to
-    start from (a previous call's ``step.obs``); None calls ``env.reset(seed)``
-    first (``split_groups(env, env.reset(s))`` gives ``obs`` for a reset done
-    outside). When the
-    generator is exhausted both groups are idle. Works on any TensorVecEnv
-    (one group, plain ``step``) so the same algorithm code runs on every sampler.
-
-    Don't abandon the generator half-way on an env with groups: a group may
-    still have a step in flight (call ``wait_group`` for it).
-    """
-    G, slices = _groups_of(env)
-    obs = split_groups(env, env.reset(seed=seed)) if obs is None else list(obs)
-    if len(obs) != G:
-        raise ValueError(f"obs must hold one tensor per group ({G}), got {len(obs)}")
-    if num_steps <= 0:
-        return
-    if G == 1 and not hasattr(env, "step_async_group"):
-        o = obs[0]
-        for _ in range(num_steps):
-            a, pe = _split_policy_out(policy_fn(o, 0))
-            st = env.step(a)
-            yield 0, o, a, st, pe
-            o = st.obs
-        return
-    acts: List[Any] = [None] * G
-    pex: List[Dict[str, torch.Tensor]] = [{}] * G
-    for g in range(G):  # prime: act and send every group
-        acts[g], pex[g] = _split_policy_out(policy_fn(obs[g], g))
-        env.step_async_group(g, acts[g])
-    for t in range(num_steps):
-        last = t == num_steps - 1
-        for g in range(G):
-            st = env.wait_group(g)
-            o, a, pe = obs[g], acts[g], pex[g]
-            obs[g] = st.obs
-            if not last:  # infer for g while the other groups simulate
-                acts[g], pex[g] = _split_policy_out(policy_fn(st.obs, g))
-                env.step_async_group(g, acts[g])
-            yield g, o, a, st, pe
-
-
-class GroupRollout(NamedTuple):
-    """``num_steps`` transitions of one group, time-major ``[T, n_g, ...]``."""
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    reward: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    final_obs: torch.Tensor
-    valid: Optional[torch.Tensor]
-    next_obs: torch.Tensor           # [n_g, ...]: obs to act on after the last step
-    extras: Dict[str, torch.Tensor]  # env extras, [T, n_g, ...]
-    policy_extras: Dict[str, torch.Tensor]  # what policy_fn returned next to the actions
-
-
-def alternating_rollout(env: TensorVecEnv, policy_fn: PolicyFn, num_steps: int,
-                        obs: Optional[Sequence[torch.Tensor]] = None,
-                        seed: Optional[int] = None) -> List[GroupRollout]:
-    """:func:`alternating_steps` collected into one :class:`GroupRollout` per
-    group (see the module docstring for how an algorithm uses it)."""
-    G, _ = _groups_of(env)
-    cols: List[Dict[str, list]] = [dict(obs=[], actions=[], reward=[], terminated=[], truncated=[],
-                                        final_obs=[], valid=[], extras=[], pex=[]) for _ in range(G)]
-    nxt: List[Optional[torch.Tensor]] = [None] * G if obs is None else list(obs)
-    for g, o, a, st, pe in alternating_steps(env, policy_fn, num_steps, obs, seed):
-        c = cols[g]
-        c["obs"].append(o)
-        c["actions"].append(torch.as_tensor(a))
-        c["reward"].append(st.reward)
-        c["terminated"].append(st.terminated)
-        c["truncated"].append(st.truncated)
-        c["final_obs"].append(st.final_obs)
-        c["valid"].append(st.valid)
-        c["extras"].append(st.extras or {})
-        c["pex"].append(pe)
-        nxt[g] = st.obs
-    out = []
-    for g, c in enumerate(cols):
-        if not c["obs"]:
-            raise ValueError("alternating_rollout needs num_steps >= 1")
-        valid = None
-        if any(v is not None for v in c["valid"]):
-            valid = torch.stack([v if v is not None else torch.ones_like(tm)
-                                 for v, tm in zip(c["valid"], c["terminated"])])
-        extras = {k: torch.stack([e[k] for e in c["extras"]]) for k in c["extras"][0]}
-        pex = {k: torch.stack([e[k] for e in c["pex"]]) for k in c["pex"][0]}
-        out.append(GroupRollout(obs=torch.stack(c["obs"]), actions=torch.stack(c["actions"]),
-                                reward=torch.stack(c["reward"]), terminated=torch.stack(c["terminated"]),
-                                truncated=torch.stack(c["truncated"]), final_obs=torch.stack(c["final_obs"]),
-                                valid=valid, next_obs=nxt[g], extras=extras, policy_extras=pex))
-    return out
-
-
-def concat_groups(groups: Sequence[GroupRollout]) -> GroupRollout:
-    """Join per-group rollouts along the env dimension (dim 1; ``next_obs`` dim 0),
-    giving ``[T, N, ...]`` in the env order of the sampler."""
-    if len(groups) == 1:
-        return groups[0]
-
-    def cat(xs: Sequence[torch.Tensor], dim: int = 1) -> torch.Tensor:
-        return torch.cat(list(xs), dim=dim)
-
-    g0 = groups[0]
-    valid = None
-    if any(g.valid is not None for g in groups):
-        valid = cat([g.valid if g.valid is not None else torch.ones_like(g.terminated) for g in groups])
-    return GroupRollout(obs=cat([g.obs for g in groups]), actions=cat([g.actions for g in groups]),
-                        reward=cat([g.reward for g in groups]), terminated=cat([g.terminated for g in groups]),
-                        truncated=cat([g.truncated for g in groups]), final_obs=cat([g.final_obs for g in groups]),
-                        valid=valid, next_obs=cat([g.next_obs for g in groups], dim=0),
-                        extras={k: cat([g.extras[k] for g in groups]) for k in g0.extras},
-                        policy_extras={k: cat([g.policy_extras[k] for g in groups]) for k in g0.policy_extras})

@@ -24,10 +24,10 @@ import pytest
 import torch
 
 from rllib_fast.envs import Step, TensorVecEnv, validate_env
-from rllib_fast.envs.parallel import (AlternatingVecEnv, NamedEnvFactory, ParallelEnvCreator, ParallelVecEnv,
-                                      SerialVecEnv,
-                                      WorkerError, alternating_rollout, alternating_steps, concat_groups,
-                                      split_groups, worker_seed)
+from rllib_fast.envs.alternating import (AlternatingVecEnv, alternating_rollout, alternating_steps, concat_groups,
+                                         split_groups)
+from rllib_fast.envs.parallel import NamedEnvFactory, ParallelEnvCreator, ParallelVecEnv, SerialVecEnv
+from rllib_fast.envs.workers import WorkerError, worker_seed
 
 HAS_MINATAR = importlib.util.find_spec("minatar") is not None
 

@@ -42,7 +42,8 @@ from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_RE
                                      NUM_ENV_STEPS_TRAINED, NUM_ENV_STEPS_TRAINED_LIFETIME, NUM_EPISODES)
 
 from ...core.rollout import RolloutStorage
-from ...envs.parallel import ParallelVecEnv, worker_seed
+from ...envs.parallel import ParallelVecEnv
+from ...envs.workers import worker_seed
 from ..a2c.algorithm import FastA2C
 from ..ppo.algorithm import FastPPO
 from .config import HTSA2CConfig, HTSPPOConfig

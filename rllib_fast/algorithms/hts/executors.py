@@ -39,8 +39,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch.nn import functional as F
 
-from ...envs.base import Step, TensorVecEnv
-from ...envs.parallel import worker_seed
+from ...envs.base import Step, TensorVecEnv, concat_steps
+from ...envs.workers import worker_seed
 
 
 class HTSStopped(RuntimeError):
@@ -50,19 +50,6 @@ class HTSStopped(RuntimeError):
 # ---------------------------------------------------------------------------
 # executor group env: E tensor envs behind one TensorVecEnv
 # ---------------------------------------------------------------------------
-def _cat_steps(outs: Sequence[Step]) -> Step:
-    cat = lambda xs: torch.cat(list(xs), 0)  # noqa: E731
-    valid = None
-    if any(o.valid is not None for o in outs):
-        valid = cat(o.valid if o.valid is not None else torch.ones_like(o.terminated) for o in outs)
-    keys = set(outs[0].extras)
-    for o in outs[1:]:
-        keys &= set(o.extras)
-    extras = {k: cat(o.extras[k] for o in outs) for k in sorted(keys)}
-    return Step(cat(o.obs for o in outs), cat(o.reward for o in outs), cat(o.terminated for o in outs),
-                cat(o.truncated for o in outs), cat(o.final_obs for o in outs), valid, extras)
-
-
 class ExecutorGroupEnv(TensorVecEnv):
     """``E`` envs, env ``e`` holding slots ``slices[e]``, presented as one
     ``TensorVecEnv`` (used for validation, start-state decorrelation and
@@ -100,7 +87,7 @@ class ExecutorGroupEnv(TensorVecEnv):
             outs = [p.step(a) for p, a in zip(self.parts, chunks)]
         else:
             outs = list(self._pool.map(lambda pa: pa[0].step(pa[1]), zip(self.parts, chunks)))
-        return _cat_steps(outs)
+        return concat_steps(outs)
 
     def randomize_episode_progress(self) -> None:
         for p in self.parts:
