@@ -132,7 +132,7 @@ def arm_fastdqn(ctx: H.ArmContext, env: str, algo: str = "dqn", preset: str = "c
     ctx.start_clock()
     a = cfg.build_algo()
     rollout = a.config.rollout_length * n
-    ctx.note(effective_lr=a.effective_lr, q_network=str(a.module).replace("\n", " "))
+    ctx.note(effective_lr=a.configured_lr(), q_network=str(a.module).replace("\n", " "))
     ctx.timed(a, "_rollout", lambda out, args, kwargs: rollout)
     try:
         while True:

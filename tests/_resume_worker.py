@@ -26,10 +26,19 @@ TINY = {
 }
 ENVS = ("CartPole", "Pendulum")
 
+# Extra runs of a registered algorithm with settings the tiny defaults leave off:
+# case name -> (algorithm, overrides). The adaptive-KL lr lives in the optimizer
+# state, not the config, so it must survive the restore (a KL target this high
+# grows the lr every epoch).
+VARIANTS = {
+    "FastPPO[adaptive_lr_kl]": ("FastPPO", {"adaptive_lr_kl_target": 1.0, "num_epochs": 2}),
+}
+
 
 def tiny_config(name: str, env: str, seed: int = 0):
     from rllib_fast.algorithms import CONFIGS
 
+    name, overrides = VARIANTS.get(name, (name, {}))
     cfg = CONFIGS[name]()
     spec = cfg.hyperparameter_spec()
     cfg.environment(env)
@@ -39,6 +48,8 @@ def tiny_config(name: str, env: str, seed: int = 0):
                 setattr(cfg, key, value)
         elif key == "min_sample_timesteps_per_iteration":
             cfg.min_sample_timesteps_per_iteration = value
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
     cfg.debugging(seed=seed)
     return cfg
 
@@ -73,7 +84,12 @@ def counters(result: Dict[str, Any]) -> Dict[str, float]:
     return {"training_iteration": result["training_iteration"],
             "env_steps": result.get("num_env_steps_sampled_lifetime", er.get("num_env_steps_sampled_lifetime")),
             "episodes": er.get("num_episodes_lifetime"),
-            "return": None if ret is None or (isinstance(ret, float) and math.isnan(ret)) else float(ret)}
+            "return": None if ret is None or (isinstance(ret, float) and math.isnan(ret)) else float(ret),
+            "curr_lr": _float(result.get("learners", {}).get("default_policy", {}).get("curr_lr"))}
+
+
+def _float(value):
+    return None if value is None else float(value)
 
 
 def main(job_file: str) -> int:

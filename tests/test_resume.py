@@ -25,14 +25,17 @@ import pytest
 import torch
 
 from rllib_fast.algorithms import ALGORITHMS
-from tests._resume_worker import build_tiny, counters, params
+from tests._resume_worker import VARIANTS, build_tiny, counters, params
 
 K = 2
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _exact(name):
-    return getattr(ALGORITHMS[name], "RESUME_EXACT", True)
+    return getattr(ALGORITHMS[VARIANTS.get(name, (name,))[0]], "RESUME_EXACT", True)
+
+
+CASES = [*ALGORITHMS, *VARIANTS]
 
 
 _DONE = {}
@@ -46,7 +49,7 @@ def _resumed(group, tmp_path_factory):
         return _DONE[group]
     import ray
 
-    names = [n for n in ALGORITHMS if _exact(n) == (group == "exact")]
+    names = [n for n in CASES if _exact(n) == (group == "exact")]
     base = tmp_path_factory.mktemp(f"resume-{group}")
     runs, jobs = {}, []
     if group != "exact":  # concurrent back-ends may run their components as Ray actors: one local Ray
@@ -60,6 +63,8 @@ def _resumed(group, tmp_path_factory):
             algo, env = build_tiny(name)
             for _ in range(K):
                 last = algo.train()
+            rec["lr_at_save"] = algo.optimizers()[0].param_groups[0]["lr"] if algo.optimizers() else None
+            rec["config_lr"] = algo.config.lr
             algo.save_to_path(str(d / "ckpt"))
             rec["saved_params"] = params(algo)
             rec["saved_counters"] = counters(last)
@@ -96,7 +101,7 @@ def _same(a, b):
 
 
 # concurrent back-ends start Ray actors (tens of seconds on 2 busy cores): marked slow, kept in CI
-PARAMS = [n if _exact(n) else pytest.param(n, marks=pytest.mark.slow) for n in ALGORITHMS]
+PARAMS = [n if _exact(n) else pytest.param(n, marks=pytest.mark.slow) for n in CASES]
 
 
 @pytest.mark.parametrize("name", PARAMS)
@@ -125,3 +130,65 @@ def test_resume_in_new_process_equals_uninterrupted(tmp_path_factory, name):
         at_save = rec["saved_counters"]["env_steps"]
         assert got["env_steps"] is not None and at_save
         assert got["env_steps"] > at_save, f"{name}: env-step counter restarted: {got['env_steps']} <= {at_save}"
+
+
+def test_adaptive_kl_run_adapted_its_lr_before_the_checkpoint(tmp_path_factory):
+    """The adaptive-KL case only tests something if the lr in effect at the
+    checkpoint is not the configured one (a restore that reset it to
+    ``config.lr`` changes the next iteration's parameters and ``curr_lr``)."""
+    rec = _resumed("exact", tmp_path_factory)["FastPPO[adaptive_lr_kl]"]
+    assert "error" not in rec, rec.get("error")
+    assert rec["lr_at_save"] != rec["config_lr"]
+
+
+def _lr(algo):
+    return algo.optimizers()[0].param_groups[0]["lr"]
+
+
+def test_lr_in_effect_is_kept_unless_the_configured_lr_changes():
+    """One owner of the lr: a restore or a PBT ``reset_config`` keeps the lr
+    the algorithm adapted, unless the configured lr itself changed."""
+    algo, _ = build_tiny("FastPPO[adaptive_lr_kl]")
+    try:
+        algo.train()
+        adapted = _lr(algo)
+        assert adapted != algo.config.lr
+        state = algo.get_state()
+        # a reset_config that mutates another live key keeps the adapted lr
+        algo.reset_config({**algo.config.to_dict(), "clip_param": 0.25})
+        assert _lr(algo) == adapted
+        # restoring the state into the same config: the saved lr in effect
+        algo.set_lr(1.0)
+        algo.set_state(state)
+        assert _lr(algo) == adapted
+        # a mutated lr (PBT) is applied, by reset_config and by a restore of a state trained under another lr
+        algo.reset_config({**algo.config.to_dict(), "lr": 2e-3})
+        assert _lr(algo) == 2e-3
+        algo.set_lr(adapted)
+        algo.set_state(state)
+        assert _lr(algo) == 2e-3
+    finally:
+        algo.stop()
+
+
+def test_configured_lr_applies_the_batch_rules():
+    """FastA2C's sqrt rule and FastDQN's batch rule come from the algorithm's one
+    lr method, which builds the optimizer."""
+    from rllib_fast.algorithms.dqn.rules import dqn_lr
+    from tests._resume_worker import tiny_config
+
+    cfg = tiny_config("FastA2C", "CartPole").training(lr_rule="sqrt")  # batch 8 * 4 = 32 < base 80
+    algo = cfg.build_algo()
+    try:
+        assert algo.configured_lr() == pytest.approx(cfg.lr * math.sqrt(32 / 80))
+        assert _lr(algo) == algo.configured_lr()
+    finally:
+        algo.stop()
+    cfg = tiny_config("FastDQN", "CartPole").training(batch_rule="dqn", batch_size=512, buffer_size=1024)
+    algo = cfg.build_algo()
+    try:
+        assert _lr(algo) == algo.configured_lr() == pytest.approx(dqn_lr(512))
+        result = algo.train()
+        assert result["learners"]["default_policy"]["curr_lr"] == pytest.approx(dqn_lr(512))
+    finally:
+        algo.stop()

@@ -281,6 +281,7 @@ class FastAlgorithm(Algorithm):
         self._eval_env: Optional[TensorVecEnv] = None
         self.obs = self.env.reset(seed=self.seed)
         self.build()
+        self._applied_lr = self.configured_lr()  # what build() gave the optimizers
         self._dp_group = None
         if self.world_size > 1:
             from .multi_learner import DataParallelGroup
@@ -346,15 +347,40 @@ class FastAlgorithm(Algorithm):
         self.obs = state["obs"].to(self.device)
 
     def optimizers(self) -> list:
-        """Optimizers whose learning rate follows ``config.lr``."""
+        """Optimizers whose learning rate is the one :meth:`configured_lr` sets."""
         return []
 
-    def apply_live_hyperparameters(self) -> None:
-        """Push live hyperparameters (lr, ...) into optimizers after a config
-        change or a restore (PBT: the donor checkpoint carries its own lr)."""
+    # -- learning rate: one owner ---------------------------------------------------
+    # The algorithm owns the lr in effect. `configured_lr()` is the one place that
+    # turns the config into an lr (batch-size rules included); it builds the
+    # optimizers and is re-applied only when its value changes (a PBT mutation,
+    # a user edit), never merely because the config was re-applied. An lr the
+    # algorithm adapted itself (FastPPO's adaptive-KL lr) therefore survives a
+    # restore and a reset_config that leaves the lr keys alone.
+    def configured_lr(self) -> float:
+        """The learning rate the config prescribes. Reads ``self.config``,
+        the trial's config (``num_envs`` is the total over learners)."""
+        return self.config.lr
+
+    def set_lr(self, lr: float) -> None:
+        """Put ``lr`` in effect (every optimizer of :meth:`optimizers`)."""
         for opt in self.optimizers():
             for group in opt.param_groups:
-                group["lr"] = self.config.lr
+                group["lr"] = lr
+
+    def _apply_configured_lr(self) -> None:
+        """Apply :meth:`configured_lr` if it differs from the value last
+        applied (or restored with a checkpoint); otherwise keep the lr in effect."""
+        lr = self.configured_lr()
+        if lr != getattr(self, "_applied_lr", None):
+            self.set_lr(lr)
+            self._applied_lr = lr
+
+    def apply_live_hyperparameters(self) -> None:
+        """Bring live hyperparameters in line with the config after a config
+        change or a restore. Keys read from ``self.config`` at every use need
+        nothing; the lr goes through :meth:`_apply_configured_lr`."""
+        self._apply_configured_lr()
 
     # -- RLlib obligations ------------------------------------------------------
     def step(self) -> Dict[str, Any]:
@@ -390,6 +416,8 @@ class FastAlgorithm(Algorithm):
             "metrics_logger": self.metrics.get_state(),
             "training_iteration": self.training_iteration,
             "seed": self.seed,
+            # the configured lr this state was trained under (the lr in effect is in the optimizers' state)
+            "applied_lr": getattr(self, "_applied_lr", None),
             "remote_learners": self._dp_group.get_states() if self._dp_group is not None else None,
         }
 
@@ -406,6 +434,9 @@ class FastAlgorithm(Algorithm):
         self._iteration = state["training_iteration"]
         if state.get("remote_learners") and self._dp_group is not None:
             self._dp_group.set_states(state["remote_learners"])
+        # Keep the restored lr in effect unless this config prescribes another lr than the
+        # one the checkpoint was trained under (PBT mutated it); old checkpoints: the config's.
+        self._applied_lr = state.get("applied_lr")
         self.apply_live_hyperparameters()
 
     def get_checkpointable_components(self) -> list:
@@ -436,6 +467,9 @@ class FastAlgorithm(Algorithm):
         self.evaluation_config = cfg.get_evaluation_config_object()
         self.evaluation_config.validate()
         self.evaluation_config.freeze()
+        # A new trial counts from zero, like a fresh actor; the logger exists before a
+        # rebuild so what build() logs (start-up decorrelation env steps) is counted.
+        self.metrics = MetricsLogger(root=True, stats_cls_lookup=cfg.stats_cls_lookup)
         if structural:
             logger.info("reset_config: rebuilding for changed %s", structural)
             self._close_data_parallel()
@@ -445,7 +479,6 @@ class FastAlgorithm(Algorithm):
             self._build_all()
         else:
             self.apply_live_hyperparameters()
-        self.metrics = MetricsLogger(root=True, stats_cls_lookup=cfg.stats_cls_lookup)
         return True
 
     @classmethod

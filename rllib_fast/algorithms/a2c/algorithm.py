@@ -24,13 +24,13 @@ class FastA2C(OnPolicyAlgorithm):
     def make_optimizer(self) -> torch.optim.Optimizer:
         cfg = self.config
         if cfg.optimizer == "rmsprop":
-            return torch.optim.RMSprop(self.params, lr=cfg.effective_lr(), alpha=cfg.rmsprop_alpha,
+            return torch.optim.RMSprop(self.params, lr=self.configured_lr(), alpha=cfg.rmsprop_alpha,
                                        eps=cfg.rmsprop_eps, foreach=True)
-        return torch.optim.Adam(self.params, lr=cfg.effective_lr(), eps=cfg.rmsprop_eps, fused=True)
+        return torch.optim.Adam(self.params, lr=self.configured_lr(), eps=cfg.rmsprop_eps, fused=True)
 
-    def apply_live_hyperparameters(self) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.config.effective_lr()
+    def configured_lr(self) -> float:
+        """``lr`` under ``lr_rule`` (the sqrt rule scales with the trial's batch)."""
+        return self.config.effective_lr()
 
     def training_intensity(self) -> float:
         return 1.0

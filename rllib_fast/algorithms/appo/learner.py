@@ -66,18 +66,10 @@ class AsyncLearnerMixin:
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         cfg = self.config
-        core = MultiStepAdam(self._store, lr=self._base_lr(), betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
+        core = MultiStepAdam(self._store, lr=self.configured_lr(), betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
                              device=self.device)
         self._async_stats = {"syncs": 0, "pulls": 0, "staleness": 0}
         return MultiStepAdamOptimizer(self.params, core)
-
-    def _base_lr(self) -> float:
-        cfg = self.config
-        return cfg.effective_lr() if hasattr(cfg, "effective_lr") else cfg.lr
-
-    def apply_live_hyperparameters(self) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = self._base_lr()
 
     def _apply_gradients(self) -> None:
         super()._apply_gradients()  # clip + local multi-step Adam step

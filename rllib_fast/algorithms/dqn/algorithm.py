@@ -44,9 +44,9 @@ class FastDQN(FastAlgorithm):
                                v_max=cfg.v_max).to(self.device)
         self.target = copy.deepcopy(self.module).requires_grad_(False)
         self.rule = resolve_rule(cfg.batch_rule, cfg.num_atoms, cfg.noisy, cfg.prioritized_replay)
-        self.effective_lr, adam_eps = apply_rule(self.rule, cfg.batch_size, cfg.lr, cfg.adam_eps)
+        _, adam_eps = apply_rule(self.rule, cfg.batch_size, cfg.lr, cfg.adam_eps)
         self.params = list(self.module.parameters())
-        self.optimizer = torch.optim.Adam(self.params, lr=self.effective_lr, eps=adam_eps, fused=True)
+        self.optimizer = torch.optim.Adam(self.params, lr=self.configured_lr(), eps=adam_eps, fused=True)
         obs_dtype = torch.uint8 if self.env.single_observation_space.dtype == "uint8" else torch.float32
         self.replay = SegmentedReplay(cfg.buffer_size, env.num_envs, env.obs_shape, obs_dtype, (), torch.int64,
                                       self.device, prioritized=cfg.prioritized_replay, alpha=cfg.per_alpha)
@@ -61,11 +61,11 @@ class FastDQN(FastAlgorithm):
     def optimizers(self) -> list:
         return [self.optimizer]
 
-    def apply_live_hyperparameters(self) -> None:
+    def configured_lr(self) -> float:
+        """``lr`` under the large-batch rule (``batch_rule``)."""
         cfg = self.config
-        self.effective_lr, _ = apply_rule(self.rule, cfg.batch_size, cfg.lr, cfg.adam_eps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.effective_lr
+        rule = resolve_rule(cfg.batch_rule, cfg.num_atoms, cfg.noisy, cfg.prioritized_replay)
+        return apply_rule(rule, cfg.batch_size, cfg.lr, cfg.adam_eps)[0]
 
     def stateful_components(self) -> Dict[str, Any]:
         out = {**super().stateful_components(), "module": self.module, "target": self.target,
@@ -134,7 +134,7 @@ class FastDQN(FastAlgorithm):
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), cfg.training_intensity, window=1)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "epsilon"), self.epsilon(), window=1)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_updates_lifetime"), self.num_updates, window=1)
-        self.metrics.log_value((LEARNER_RESULTS, POLICY, "curr_lr"), self.effective_lr, window=1)
+        self.metrics.log_value((LEARNER_RESULTS, POLICY, "curr_lr"), self.optimizer.param_groups[0]["lr"], window=1)
 
     @torch.no_grad()
     def _rollout(self) -> None:

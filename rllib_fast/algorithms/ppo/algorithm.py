@@ -26,7 +26,7 @@ class FastPPO(OnPolicyAlgorithm):
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         # fused Adam: one kernel for all parameters instead of ~12 per tensor
-        return torch.optim.Adam(self.params, lr=self.config.lr, eps=1e-5, fused=True)
+        return torch.optim.Adam(self.params, lr=self.configured_lr(), eps=1e-5, fused=True)
 
     def training_intensity(self) -> float:
         return float(self.config.num_epochs)

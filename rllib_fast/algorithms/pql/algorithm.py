@@ -45,7 +45,7 @@ class _PQLFamily(FastAlgorithm):
         if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             raise TypeError(f"{type(self).__name__} needs a bounded action space; env {cfg.env!r} has {space}")
         self.dims = Dims(int(np.prod(env.obs_shape)), int(np.prod(space.shape)))
-        self.live = LiveParams.from_config(cfg)
+        self.live = LiveParams.from_config(cfg, self.configured_lr())
         self.capacity = cfg.resolved_buffer_size(self.dims.obs_dim, self.dims.act_dim)
         self.learning_starts = cfg.resolved_learning_starts()
         self.actor = ActorRole(cfg, self.dims, env.num_envs, self.device, space.low, space.high)
@@ -61,8 +61,13 @@ class _PQLFamily(FastAlgorithm):
         obs = obs.reshape(obs.shape[0], -1)
         return self.actor.to_env(self.actor.act(obs, explore))
 
+    def set_lr(self, lr: float) -> None:
+        # the learners put the live lr into their optimizers at every update
+        self.live.set_lr(self.config, lr)
+
     def apply_live_hyperparameters(self) -> None:
         self.live.update_from(self.config)
+        super().apply_live_hyperparameters()
 
     def _close_data_parallel(self) -> None:
         # FastAlgorithm calls this before a PBT rebuild and at cleanup: stop our workers too

@@ -44,11 +44,18 @@ class LiveParams:
     grad_clip: Optional[float]
 
     @classmethod
-    def from_config(cls, cfg) -> "LiveParams":
-        return cls(cfg.lr, cfg.actor_lr or cfg.lr, cfg.tau, cfg.grad_clip)
+    def from_config(cls, cfg, lr: Optional[float] = None) -> "LiveParams":
+        """``lr``: the critic lr in effect (the algorithm's ``configured_lr()``;
+        default ``cfg.lr``); ``actor_lr`` None follows it."""
+        lr = cfg.lr if lr is None else lr
+        return cls(lr, cfg.actor_lr or lr, cfg.tau, cfg.grad_clip)
 
     def update_from(self, cfg) -> None:
-        self.lr, self.actor_lr, self.tau, self.grad_clip = cfg.lr, cfg.actor_lr or cfg.lr, cfg.tau, cfg.grad_clip
+        """Keys read from the config as they are (the lr is the algorithm's: see ``set_lr``)."""
+        self.actor_lr, self.tau, self.grad_clip = cfg.actor_lr or self.lr, cfg.tau, cfg.grad_clip
+
+    def set_lr(self, cfg, lr: float) -> None:
+        self.lr, self.actor_lr = lr, cfg.actor_lr or lr
 
 
 @dataclass(frozen=True)
