@@ -117,6 +117,18 @@ class FastConfig(AlgorithmConfig):
                    seed=self.seed)
         return out
 
+    def get_state(self) -> Dict[str, Any]:
+        """RLlib's state minus nothing of ours: ``AlgorithmConfig.get_state``
+        drops every attribute equal to -1 (its DEPRECATED_VALUE marker), so
+        ``lr=-1`` would silently become the default in ``build_algo()`` and in
+        remote learners. Declared hyperparameters are kept, whatever their
+        value, and ``validate()`` rejects what is out of range."""
+        state = super().get_state()
+        for key in self.hyperparameter_spec():
+            if key not in state and key in vars(self):
+                state[key] = getattr(self, key)
+        return state
+
     # -- builder methods -----------------------------------------------------
     def training(self, **kwargs) -> "FastConfig":
         spec = self.hyperparameter_spec()

@@ -100,3 +100,23 @@ def test_declared_evaluation_keys_survive_dict_round_trip():
     cfg = FastPPOConfig().evaluation(evaluation_max_path_length=7, evaluation_duration=3)
     again = FastPPOConfig().update_from_dict(cfg.to_dict())
     assert again.evaluation_max_path_length == 7 and again.evaluation_duration == 3
+
+
+@pytest.mark.parametrize("key", ["lr", "num_envs", "gamma"])
+@pytest.mark.parametrize("route", ["build_algo", "from_state"])
+def test_minus_one_is_rejected_not_replaced_by_the_default(key, route):
+    """RLlib drops attributes equal to -1 (its deprecation marker) from a
+    config's state; a declared hyperparameter of -1 must still reach
+    validation and fail there, not silently become the default."""
+    cfg = FastPPOConfig().environment("CartPole").training(**{key: -1})
+    with pytest.raises(ValueError) as e:
+        if route == "build_algo":
+            cfg.build_algo().stop()
+        else:  # what Algorithm.__init__ and remote learners do with a config object
+            FastPPOConfig.from_state(cfg.get_state()).validate()
+    assert f"`{key}` = -1" in _msg(e)
+
+
+def test_minus_one_allowed_value_survives_the_state_round_trip():
+    cfg = FastPPOConfig().training(init_log_std=-1)
+    assert FastPPOConfig.from_state(cfg.get_state()).init_log_std == -1
