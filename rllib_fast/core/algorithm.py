@@ -31,7 +31,7 @@ from ray.rllib.env.env_context import EnvContext
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.debug.deterministic import update_global_seed_if_necessary
 from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MEAN,
-                                     NUM_ENV_STEPS_SAMPLED, NUM_ENV_STEPS_SAMPLED_LIFETIME,
+                                     FAULT_TOLERANCE_STATS, NUM_ENV_STEPS_SAMPLED, NUM_ENV_STEPS_SAMPLED_LIFETIME,
                                      NUM_EPISODES)
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from ray.tune.execution.placement_groups import PlacementGroupFactory
@@ -402,7 +402,12 @@ class FastAlgorithm(Algorithm):
 
         guard = UpdateGuard.from_config(self.config)
         snapshot = guard.snapshot(self)
-        return guard.check(self, super().step(), snapshot)
+        results = guard.check(self, super().step(), snapshot)
+        # RLlib reports EnvRunner fault tolerance only with an EnvRunnerGroup; we
+        # have none (num_env_runners=0), so the numbers are what RLlib reports then.
+        results.setdefault(FAULT_TOLERANCE_STATS, {"num_healthy_workers": 0, "num_remote_worker_restarts": 0,
+                                                   "num_env_runners_dropped_lifetime": 0})
+        return results
 
     def restore_env_runners(self, env_runner_group) -> list:
         return []
