@@ -1,8 +1,9 @@
 """Declarative hyperparameter specs: defaults, types, ranges, allowed values.
 
 Each algorithm config declares its own hyperparameters once as :class:`Param`
-entries. From that one table we get the defaults (top-level config attributes,
-so Tune, PBT and Optuna see and mutate them), ``.training(key=...)`` support,
+entries, and its own defaults of inherited keys with :func:`with_defaults`.
+From that one table we get the defaults (top-level config attributes, so Tune,
+PBT and Optuna see and mutate them), ``.training(key=...)`` support,
 one-line validation errors that name the key and what is allowed, the list of
 params MLflow records, and which keys may change live under PBT.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 _MISSING = object()
@@ -94,6 +95,27 @@ def positive_int_list(value: Any) -> bool:
 
 
 POSITIVE_INT_LIST = (positive_int_list, "a non-empty list of positive ints")
+
+
+def with_defaults(*bases: type, **defaults: Any) -> Dict[str, Param]:
+    """Entries for a config's ``HYPERPARAMETERS`` that keep the inherited
+    ``Param`` of each key (type, range, doc, live) and change only its default.
+    ``bases``: the classes the config inherits the keys from, first wins (a
+    key-only mixin counts with its own ``HYPERPARAMETERS``).
+
+    Why: an algorithm's own defaults (FastA2C's lr 7e-4, 16 envs) must live in
+    the spec, not in assignments in ``__init__``, or ``help()``, the MLflow
+    params and validation would describe the base class's defaults instead.
+    """
+    spec: Dict[str, Param] = {}
+    for base in reversed(bases):
+        spec.update(base.hyperparameter_spec() if hasattr(base, "hyperparameter_spec")
+                    else vars(base).get("HYPERPARAMETERS", {}))
+    unknown = [k for k in defaults if k not in spec]
+    if unknown:
+        names = ", ".join(b.__name__ for b in bases)
+        raise KeyError(f"with_defaults: {names} declare(s) no {', '.join(map(repr, unknown))}")
+    return {k: replace(spec[k], default=v) for k, v in defaults.items()}
 
 
 def apply_defaults(obj: Any, spec: Dict[str, Param]) -> None:

@@ -120,3 +120,25 @@ def test_minus_one_is_rejected_not_replaced_by_the_default(key, route):
 def test_minus_one_allowed_value_survives_the_state_round_trip():
     cfg = FastPPOConfig().training(init_log_std=-1)
     assert FastPPOConfig.from_state(cfg.get_state()).init_log_std == -1
+
+
+@pytest.mark.parametrize("name", sorted(__import__("rllib_fast.algorithms", fromlist=["CONFIGS"]).CONFIGS))
+def test_help_shows_each_configs_actual_defaults(name):
+    """Per-algorithm defaults are declared in the spec, so help() (and MLflow
+    params, validation) describe what a fresh config really holds."""
+    from rllib_fast.algorithms import CONFIGS
+
+    cls = CONFIGS[name]
+    cfg, rows = cls(), cls.help().splitlines()
+    for key, p in cls.hyperparameter_spec().items():
+        assert p.default == getattr(cfg, key), f"{name}.{key}: spec default {p.default!r} != {getattr(cfg, key)!r}"
+        row = next(r for r in rows if r.split()[0] == key)
+        assert f"default={getattr(cfg, key)!r}" in row, row
+
+
+def test_fasta2c_help_shows_a2c_defaults():
+    from rllib_fast.algorithms import FastA2CConfig
+
+    rows = {r.split()[0]: r for r in FastA2CConfig.help().splitlines()}
+    assert "default=0.0007" in rows["lr"] and "default=16" in rows["num_envs"]
+    assert "default=5" in rows["rollout_length"] and "default=1.0" in rows["lambda_"]

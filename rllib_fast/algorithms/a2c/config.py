@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from ...core.params import Param
+from ...core.params import Param, with_defaults
 from ..onpolicy import OnPolicyConfig
 
 
@@ -17,6 +17,9 @@ class FastA2CConfig(OnPolicyConfig):
     """
 
     HYPERPARAMETERS = {
+        # lambda 1: plain n-step returns, as A2C
+        **with_defaults(OnPolicyConfig, rollout_length=5, lr=7e-4, lambda_=1.0, entropy_coeff=0.01, grad_clip=0.5,
+                        num_envs=16),
         "optimizer": Param("rmsprop", "optimizer", (str,), choices=("rmsprop", "adam")),
         "rmsprop_alpha": Param(0.99, "RMSProp smoothing constant", low=0.0, high=1.0, low_open=True),
         "rmsprop_eps": Param(1e-5, "RMSProp/Adam epsilon", low=0.0, low_open=True),
@@ -29,12 +32,6 @@ class FastA2CConfig(OnPolicyConfig):
         from .algorithm import FastA2C
 
         super().__init__(algo_class=algo_class or FastA2C)
-        self.rollout_length = 5
-        self.lr = 7e-4
-        self.lambda_ = 1.0            # plain n-step returns, as A2C
-        self.entropy_coeff = 0.01
-        self.grad_clip = 0.5
-        self.num_envs = 16
 
     def effective_lr(self) -> float:
         if self.lr_rule == "sqrt":

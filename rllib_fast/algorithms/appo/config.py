@@ -6,7 +6,7 @@ multi-learner: each of ``num_async_learners`` sampler-learners steps
 """
 from __future__ import annotations
 
-from ...core.params import Param
+from ...core.params import Param, with_defaults
 from ..a2c.config import FastA2CConfig
 from ..ppo.config import FastPPOConfig
 
@@ -51,13 +51,13 @@ class FastAPPOConfig(AsyncLearnersConfigMixin, FastPPOConfig):
     PPO learning rate divided by 4 and no learning-rate schedule, central
     parameters pulled every 64 sampling steps."""
 
+    HYPERPARAMETERS = with_defaults(AsyncLearnersConfigMixin, FastPPOConfig, num_envs=64, lr=3e-4 / 4,
+                                    grad_clip=0.5)
+
     def __init__(self, algo_class=None):
         from .algorithm import FastAPPO
 
         super().__init__(algo_class=algo_class or FastAPPO)
-        self.num_envs = 64
-        self.lr = 3e-4 / 4
-        self.grad_clip = 0.5
 
     def validate_algorithm(self) -> None:
         super().validate_algorithm()
@@ -74,15 +74,13 @@ class FastA3CConfig(AsyncLearnersConfigMixin, FastA2CConfig):
     App. A); its shared moments play the part of A3C's shared RMSProp
     statistics."""
 
+    HYPERPARAMETERS = with_defaults(AsyncLearnersConfigMixin, FastA2CConfig, num_async_learners=4, num_envs=64,
+                                    sync_every=1, pull_every_sampling_steps=None, optimizer="adam")
+
     def __init__(self, algo_class=None):
         from .algorithm import FastA3C
 
         super().__init__(algo_class=algo_class or FastA3C)
-        self.num_async_learners = 4
-        self.num_envs = 64
-        self.sync_every = 1
-        self.pull_every_sampling_steps = None
-        self.optimizer = "adam"
 
     def validate_algorithm(self) -> None:
         super().validate_algorithm()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ...core.algorithm import FastConfig
 from ...core.nets import ACTIVATIONS
-from ...core.params import POSITIVE_INT_LIST, Param
+from ...core.params import POSITIVE_INT_LIST, Param, with_defaults
 from .rules import RULES
 
 
@@ -17,6 +17,7 @@ class FastDQNConfig(FastConfig):
     """
 
     HYPERPARAMETERS = {
+        **with_defaults(FastConfig, lr=5e-4, gamma=0.99, grad_clip=10.0, num_envs=16),
         "rollout_length": Param(4, "env steps per env between learning phases", (int,), low=1),
         "buffer_size": Param(100_000, "total replay capacity (split into N per-env segments)", (int,), low=1),
         "batch_size": Param(64, "transitions per gradient update", (int,), low=1),
@@ -63,11 +64,7 @@ class FastDQNConfig(FastConfig):
         from .algorithm import FastDQN
 
         super().__init__(algo_class=algo_class or FastDQN)
-        self.lr = 5e-4
-        self.gamma = 0.99
-        self.grad_clip = 10.0
-        self.num_envs = 16
-        self.min_sample_timesteps_per_iteration = 1_000
+        self.min_sample_timesteps_per_iteration = 1_000  # RLlib's key, not one of ours
 
     def validate_algorithm(self) -> None:
         name = type(self).__name__
@@ -90,24 +87,23 @@ class FastDQNConfig(FastConfig):
 class RainbowConfig(FastDQNConfig):
     """Rainbow (Hessel et al.): double, dueling, prioritized, 3-step, C51 and noisy nets."""
 
+    HYPERPARAMETERS = with_defaults(FastDQNConfig, double_q=True, dueling=True, prioritized_replay=True, noisy=True,
+                                    n_step=3, num_atoms=51, exploration="none", epsilon_final=0.0)
+
     def __init__(self, algo_class=None):
         from .algorithm import Rainbow
 
         super().__init__(algo_class=algo_class or Rainbow)
-        self.double_q = self.dueling = self.prioritized_replay = self.noisy = True
-        self.n_step, self.num_atoms = 3, 51
-        self.exploration = "none"
-        self.epsilon_final = 0.0
 
 
 class EpsRainbowConfig(FastDQNConfig):
     """Stooke & Abbeel's epsilon-Rainbow: Rainbow without noisy nets, epsilon-greedy
     instead, Adam epsilon 0.005 / batch (``batch_rule='eps_rainbow'``)."""
 
+    HYPERPARAMETERS = with_defaults(FastDQNConfig, double_q=True, dueling=True, prioritized_replay=True, n_step=3,
+                                    num_atoms=51, batch_rule="eps_rainbow")
+
     def __init__(self, algo_class=None):
         from .algorithm import EpsRainbow
 
         super().__init__(algo_class=algo_class or EpsRainbow)
-        self.double_q = self.dueling = self.prioritized_replay = True
-        self.n_step, self.num_atoms = 3, 51
-        self.batch_rule = "eps_rainbow"

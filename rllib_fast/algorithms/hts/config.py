@@ -12,7 +12,7 @@ every alpha env steps, and alpha is also the rollout length of one batch
 """
 from __future__ import annotations
 
-from ...core.params import Param
+from ...core.params import Param, with_defaults
 from ..a2c.config import FastA2CConfig
 from ..ppo.config import FastPPOConfig
 
@@ -74,12 +74,12 @@ class HTSPPOConfig(HTSKeys, FastPPOConfig):
     The update is FastPPO's (clipped surrogate with ratios against the stored
     behaviour log-probs: the paper's PPO form of the delayed gradient)."""
 
+    HYPERPARAMETERS = with_defaults(FastPPOConfig, num_envs=16)
+
     def __init__(self, algo_class=None):
         from .algorithm import HTSPPO
 
         super().__init__(algo_class=algo_class or HTSPPO)
-        self.num_envs = 16
-        self.num_executors = 4
 
 
 class HTSA2CConfig(HTSKeys, FastA2CConfig):
@@ -91,4 +91,3 @@ class HTSA2CConfig(HTSKeys, FastA2CConfig):
         from .algorithm import HTSA2C
 
         super().__init__(algo_class=algo_class or HTSA2C)
-        self.num_executors = 4

@@ -14,7 +14,7 @@ from typing import Any, Dict
 
 from ...core.algorithm import FastConfig
 from ...core.nets import ACTIVATIONS
-from ...core.params import POSITIVE_INT_LIST, Param
+from ...core.params import POSITIVE_INT_LIST, Param, with_defaults
 from . import mutations as M
 
 
@@ -46,6 +46,8 @@ class PopulationConfig(FastConfig):
     MEMBER_HPARAMS: Dict[str, Any] = {}
 
     HYPERPARAMETERS = {
+        # num_envs is derived (population_size * num_envs_per_member); its default says so for help()
+        **with_defaults(FastConfig, num_envs=4),
         "population_size": Param(4, "K: members trained together in this trial", (int,), low=1),
         "num_envs_per_member": Param(1, "envs each member acts on (num_envs = K * this, derived)", (int,), low=1),
         "shared_replay": Param(False, "one replay for all members (CEM-RL/DvD) instead of one per member (PBT)",
@@ -91,9 +93,8 @@ class PopulationConfig(FastConfig):
 
     def __init__(self, algo_class=None):
         super().__init__(algo_class=algo_class)
-        self.num_envs = self.population_size * self.num_envs_per_member
+        self.num_envs = self.population_size * self.num_envs_per_member  # derived, as in validate()
         self.env = "Pendulum"
-        self.grad_clip = None
 
     def resolved_mutations(self) -> Dict[str, Any]:
         spec = self.hyperparam_mutations if self.hyperparam_mutations is not None else self.MEMBER_HPARAMS
@@ -209,6 +210,7 @@ class PopDQNConfig(PopulationConfig):
         "epsilon_timesteps": Param(10_000, "env steps per member to anneal epsilon", (int,), low=1),
         "huber_delta": Param(1.0, "Huber loss threshold", low=0.0, low_open=True),
         "adam_eps": Param(1e-8, "Adam epsilon", low=0.0, low_open=True),
+        **with_defaults(PopulationConfig, lr=1e-3, fused_update_steps=10, hidden_sizes=[64, 64], batch_size=64),
     }
 
     def __init__(self, algo_class=None):
@@ -216,10 +218,6 @@ class PopDQNConfig(PopulationConfig):
 
         super().__init__(algo_class=algo_class or PopDQN)
         self.env = "CartPole"
-        self.lr = 1e-3
-        self.fused_update_steps = 10
-        self.hidden_sizes = [64, 64]
-        self.batch_size = 64
 
 
 class CEMRLConfig(PopTD3Config):
@@ -242,17 +240,14 @@ class CEMRLConfig(PopTD3Config):
                                              low=0.0),
         "cem_max_episode_steps": Param(None, "cut evaluation episodes of a generation here (None: env limit)",
                                        (int,), low=1, optional=True),
+        **with_defaults(PopTD3Config, population_size=10, num_envs=10, shared_replay=True, policy_delay=1,
+                        pbt_init="config"),
     }
 
     def __init__(self, algo_class=None):
         from .cemrl import CEMRL
 
         super().__init__(algo_class=algo_class or CEMRL)
-        self.population_size = 10
-        self.num_envs = 10
-        self.shared_replay = True
-        self.policy_delay = 1
-        self.pbt_init = "config"
 
     def validate_algorithm(self) -> None:
         super().validate_algorithm()
@@ -277,16 +272,13 @@ class DvDConfig(PopTD3Config):
         "dvd_embedding_batch": Param(20, "shared observations embedding each policy (its actions)", (int,),
                                      low=1),
         "dvd_jitter": Param(1e-4, "added to the kernel diagonal before log-det (stability)", low=0.0),
+        **with_defaults(PopTD3Config, population_size=5, num_envs=5, shared_replay=True, pbt_init="config"),
     }
 
     def __init__(self, algo_class=None):
         from .dvd import DvD
 
         super().__init__(algo_class=algo_class or DvD)
-        self.population_size = 5
-        self.num_envs = 5
-        self.shared_replay = True
-        self.pbt_init = "config"
 
     def validate_algorithm(self) -> None:
         super().validate_algorithm()

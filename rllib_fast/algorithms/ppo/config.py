@@ -1,7 +1,7 @@
 """FastPPO hyperparameters (names follow RLlib's PPO where one exists)."""
 from __future__ import annotations
 
-from ...core.params import Param
+from ...core.params import Param, with_defaults
 from ..onpolicy import OnPolicyConfig
 
 
@@ -16,6 +16,7 @@ class FastPPOConfig(OnPolicyConfig):
     """
 
     HYPERPARAMETERS = {
+        **with_defaults(OnPolicyConfig, lr=3e-4, grad_clip=0.5),
         "num_epochs": Param(4, "passes over each batch (= training intensity)", (int,), low=1),
         "num_minibatches": Param(4, "minibatches per epoch", (int,), low=1),
         "clip_param": Param(0.2, "PPO ratio clip epsilon", low=0.0, high=1.0, low_open=True, live=True),
@@ -31,8 +32,6 @@ class FastPPOConfig(OnPolicyConfig):
         from .algorithm import FastPPO
 
         super().__init__(algo_class=algo_class or FastPPO)
-        self.lr = 3e-4
-        self.grad_clip = 0.5
 
     def validate_algorithm(self) -> None:
         batch = self.horizon() * self.num_envs

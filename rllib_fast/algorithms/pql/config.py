@@ -16,7 +16,7 @@ import torch
 
 from ...core.algorithm import FastConfig
 from ...core.nets import ACTIVATIONS
-from ...core.params import POSITIVE_INT_LIST, Param
+from ...core.params import POSITIVE_INT_LIST, Param, with_defaults
 from ...core.transition_replay import replay_bytes
 
 
@@ -36,6 +36,7 @@ class PQLFamilyConfig(FastConfig):
     """Shared by PQL (concurrent), DDPGN and SACN (sequential)."""
 
     HYPERPARAMETERS = {
+        **with_defaults(FastConfig, lr=5e-4, grad_clip=0.5, num_envs=64),
         "gamma": Param(0.99, "discount factor (not live: it is folded into stored n-step returns)",
                        low=0.0, high=1.0),
         "steps_per_iteration": Param(100, "vectorised Actor steps per training iteration", (int,), low=1),
@@ -94,9 +95,7 @@ class PQLFamilyConfig(FastConfig):
 
     def __init__(self, algo_class=None):
         super().__init__(algo_class=algo_class)
-        self.lr = 5e-4
-        self.grad_clip = 0.5
-        self.num_envs = 64
+        # RLlib's iteration keys (not ours): an iteration is `steps_per_iteration` Actor steps
         self.min_sample_timesteps_per_iteration = 0
         self.min_time_s_per_iteration = None
         self.min_train_timesteps_per_iteration = 0
@@ -283,8 +282,9 @@ class DDPGNConfig(PQLFamilyConfig):
 class SACNConfig(DDPGNConfig):
     """SAC(n): as DDPGN with SAC's squashed-Gaussian policy and learned temperature."""
 
+    HYPERPARAMETERS = with_defaults(DDPGNConfig, policy_learner="sac")
+
     def __init__(self, algo_class=None):
         from .algorithm import SACN
 
         super().__init__(algo_class=algo_class or SACN)
-        self.policy_learner = "sac"
