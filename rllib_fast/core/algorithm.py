@@ -174,17 +174,19 @@ class FastConfig(AlgorithmConfig):
 
     # -- validation -----------------------------------------------------------
     def validate(self) -> None:
-        super().validate()
         name = type(self).__name__
         known = set(vars(type(self)()))
         for key in vars(self):
             if key not in known and key not in self._TOLERATED_EXTRA_KEYS and not (
                     key.startswith("__") and key.endswith("__")):  # Tune's own (__stdout_file__, ...)
                 self._value_error(unknown_key_message(name, key, set(self.hyperparameter_spec()) | known))
+        # Our keys first: RLlib's own checks misread some bad values (lr="0.001" is
+        # reported as a malformed lr schedule).
         for key, p in self.hyperparameter_spec().items():
             msg = p.error(key, getattr(self, key))
             if msg:
                 self._value_error(f"{name}: {msg}")
+        super().validate()
         self._validate_env_spec()
         if self.num_learners > 1:
             if not getattr(self.algo_class, "SUPPORTS_DATA_PARALLEL", False):
@@ -236,6 +238,19 @@ def _builder_accepting(config: AlgorithmConfig, key: str) -> Optional[str]:
         if method is not None and key in inspect.signature(method).parameters:
             return name
     return None
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint written by another algorithm or setup (num_envs, network
+    sizes, ...) than the one restoring it."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail if detail.startswith("checkpoint ") else f"checkpoint state {detail}")
+        self.detail = detail
+
+
+class CheckpointReadError(ValueError):
+    """A checkpoint whose state file cannot be read (truncated, corrupted, missing)."""
 
 
 def _to_cpu(tree: Any) -> Any:
@@ -433,15 +448,29 @@ class FastAlgorithm(Algorithm):
             "metrics_logger": self.metrics.get_state(),
             "training_iteration": self.training_iteration,
             "seed": self.seed,
+            "setup": self._setup(),
             # the configured lr this state was trained under (the lr in effect is in the optimizers' state)
             "applied_lr": getattr(self, "_applied_lr", None),
             "remote_learners": self._dp_group.get_states() if self._dp_group is not None else None,
         }
 
     def set_state(self, state: Dict[str, Any]) -> None:
-        for k, v in self.stateful_components().items():
-            v.load_state_dict(state["components"][k])
-        self.set_extra_state(state["extra"])
+        self._state_received = True  # restore_from_path: the file was read
+        setup = state.get("setup") if isinstance(state, dict) else None
+        # A different algorithm or env count fails late and obscurely (a tensor size
+        # mismatch steps later), so these are checked before anything is loaded.
+        detail = self._setup_mismatch(setup, keys=("num_envs",))
+        if detail is not None:
+            raise CheckpointMismatchError(detail)
+        try:
+            for k, v in self.stateful_components().items():
+                v.load_state_dict(state["components"][k])
+            self.set_extra_state(state["extra"])
+        except Exception as err:
+            detail = self._setup_mismatch(setup)  # e.g. other hidden_sizes: name the keys, not the tensors
+            if detail is not None:
+                raise CheckpointMismatchError(detail) from err
+            raise
         if state.get("env") is not None and hasattr(self.env, "set_state"):
             self.env.set_state(state["env"])
         torch.set_rng_state(state["rng"]["torch"])
@@ -459,9 +488,45 @@ class FastAlgorithm(Algorithm):
     def get_checkpointable_components(self) -> list:
         return []
 
+    def _setup(self) -> Dict[str, Any]:
+        """What a checkpoint must match to be restored here: the algorithm, the
+        env name and the keys that are not live (they shape envs, modules, storage)."""
+        cfg = self.config
+        keys = {k: getattr(cfg, k) for k, p in cfg.hyperparameter_spec().items() if not p.live}
+        if isinstance(cfg.env, str):
+            keys["env"] = cfg.env
+        return {"algorithm": type(self).__name__, "config": keys}
+
+    def _setup_mismatch(self, saved: Optional[Dict[str, Any]], keys=None) -> Optional[str]:
+        """'was written by X with k=v; this algorithm has k=w' for the first
+        differences among ``keys`` (all saved keys if None), or None."""
+        if not saved:
+            return None  # a checkpoint from before setups were recorded
+        mine = self._setup()
+        if saved["algorithm"] != mine["algorithm"]:
+            return f"was written by {saved['algorithm']}; this algorithm is {mine['algorithm']}"
+        theirs, ours = saved["config"], mine["config"]
+        diff = [k for k in (keys or sorted(theirs)) if k in theirs and k in ours and theirs[k] != ours[k]]
+        if not diff:
+            return None
+        return (f"was written by {saved['algorithm']} with " + ", ".join(f"{k}={theirs[k]!r}" for k in diff)
+                + "; this algorithm has " + ", ".join(f"{k}={ours[k]!r}" for k in diff))
+
     def restore_from_path(self, path, *args, **kwargs):
-        # Algorithm's version touches env_runner_group; the Checkpointable one is all we need.
-        Checkpointable.restore_from_path(self, path, *args, **kwargs)
+        """Checkpointable's restore (Algorithm's version touches env_runner_group),
+        with one-line errors for an unreadable checkpoint and for one written by
+        another setup."""
+        self._state_received = False
+        try:
+            Checkpointable.restore_from_path(self, path, *args, **kwargs)
+        except CheckpointMismatchError as err:
+            raise CheckpointMismatchError(f"checkpoint {path} {err.detail}") from None
+        except Exception as err:
+            if self._state_received:
+                raise
+            reason = (str(err).strip().splitlines() or [""])[0]
+            raise CheckpointReadError(f"checkpoint {path} cannot be read ({type(err).__name__}: {reason}); "
+                                      "it is incomplete or corrupted") from err
 
     def reset_config(self, new_config: Mapping[str, Any]) -> bool:
         """Reuse this actor for another trial config (Tune PBT ``reuse_actors``).
