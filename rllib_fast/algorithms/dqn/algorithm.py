@@ -61,6 +61,12 @@ class FastDQN(FastAlgorithm):
     def optimizers(self) -> list:
         return [self.optimizer]
 
+    def get_module(self, module_id: str = POLICY):
+        """The greedy policy as an RLModule sharing the online Q-network."""
+        from .module import dqn_policy_module
+
+        return dqn_policy_module(self)
+
     def configured_lr(self) -> float:
         """``lr`` under the large-batch rule (``batch_rule``)."""
         cfg = self.config
