@@ -55,7 +55,10 @@ class _PQLFamily(FastAlgorithm):
         raise NotImplementedError("abstract: _PQLFamily.build_roles")
 
     def get_module(self, module_id: str = POLICY):
-        return self.actor.policy
+        """The Actor's deterministic policy as an RLModule (shares its networks)."""
+        from .module import pql_policy_module
+
+        return pql_policy_module(self)
 
     def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
         obs = obs.reshape(obs.shape[0], -1)
