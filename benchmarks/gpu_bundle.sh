@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Offline install bundle for a lent CUDA machine (Python 3.12, CUDA torch
+# already installed, no package registry, at most 64 MiB carried per call).
+#
+# Why: such a machine can reach nothing outside itself, so Ray, gymnasium and
+# their dependencies must travel as wheels, and one call carries at most 64 MiB
+# including the working tree. Ray's wheel alone is ~79 MB, so wheels are packed
+# into parts of at most PART_MIB, large ones cut with `split -b`, and an
+# install script in every part puts the pieces back together (checked against
+# SHA-256 sums of the whole wheels) and installs them with --no-index.
+#
+# Usage (here, with PyPI reachable):
+#   bash benchmarks/gpu_bundle.sh                 # download + stage into build/gpu_bundle/part-NN
+#   bash benchmarks/gpu_bundle.sh --mjlab         # also mjlab and its dependencies (large)
+#   bash benchmarks/gpu_bundle.sh --all-deps      # keep wheels of packages the device image already has
+#   bash benchmarks/gpu_bundle.sh stage WHEEL_DIR OUT_DIR   # only pack a folder of files into parts
+# Env: PART_MIB (default 56: 64 MiB minus room for the ~5 MB working tree), OUT (default build/gpu_bundle).
+#
+# On the device machine, one call per part (the machine must stay warm between
+# them: it is given back after 30 s idle), the last one also installing:
+#   mkdir -p /tmp/rf_bundle && cp build/gpu_bundle/part-00/* /tmp/rf_bundle/           (carry build/gpu_bundle/part-00)
+#   cp build/gpu_bundle/part-01/* /tmp/rf_bundle/ && bash /tmp/rf_bundle/install.sh    (carry build/gpu_bundle/part-01)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
+PART_MIB="${PART_MIB:-56}"
+OUT="${OUT:-$REPO/build/gpu_bundle}"
+PY="${PYTHON:-python3}"
+
+# Packages the device image ('cuda' on nvidia-h100-x1 / nvidia-h200) already
+# holds (its documented package list): their wheels are left out unless
+# --all-deps, so the bundle stays near one Ray wheel. torch, triton and the
+# nvidia-* CUDA libraries are never bundled: the image's CUDA torch must stay.
+DEVICE_HAS="absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
+certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cycler cython einops etils
+execnet filelock flatbuffers fonttools frozenlist fsspec grpcio h11 h5py hf-xet httpcore httpx huggingface-hub
+humanize hypothesis idna imageio iniconfig jinja2 joblib kiwisolver lazy-loader llvmlite lxml markdown
+markdown-it-py markupsafe matplotlib mdurl ml-dtypes mpmath msgpack multidict networkx ninja numba numpy
+opencv-python-headless opt-einsum packaging pandas pathspec pillow pip pluggy portalocker prometheus-client
+propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing pyproject-hooks pytest pytest-timeout
+pytest-xdist python-dateutil pyyaml regex requests rich safetensors scipy setuptools shellingham simplejson six
+sortedcontainers sympy tabulate tensorboard tensorboard-data-server threadpoolctl tqdm typer typing-extensions
+typing-inspect urllib3 werkzeug wheel wrapt xxhash yarl zipp"
+NEVER="torch triton"
+
+norm() { echo "$1" | tr 'A-Z_.' 'a-z--'; }
+
+# ---------------------------------------------------------------------------
+# stage SRC OUT: pack every file of SRC into OUT/part-NN (each <= PART_MIB),
+# cutting files larger than a part into .chunk-NNN pieces; write SHA256SUMS
+# of the whole files and install.sh into every part.
+# ---------------------------------------------------------------------------
+stage() {
+  local src="$1" out="$2"
+  local limit=$(( PART_MIB * 1024 * 1024 ))
+  local room=$(( limit - 256 * 1024 ))          # room for install.sh + SHA256SUMS in each part
+  [ "$room" -gt 0 ] || { echo "PART_MIB=$PART_MIB is too small" >&2; return 2; }
+  rm -rf "$out"; mkdir -p "$out/.pieces"
+  (cd "$src" && sha256sum -- *) > "$out/.pieces/SHA256SUMS"
+  local f size
+  for f in "$src"/*; do
+    size=$(stat -c %s "$f")
+    if [ "$size" -gt "$room" ]; then
+      split -b "$room" -d -a 3 "$f" "$out/.pieces/$(basename "$f").chunk-"
+    else
+      cp "$f" "$out/.pieces/"
+    fi
+  done
+  # first fit, largest first
+  local -a used=()
+  local item i placed n
+  while read -r size item; do
+    placed=""
+    for i in "${!used[@]}"; do
+      if [ $(( used[i] + size )) -le "$room" ]; then placed=$i; break; fi
+    done
+    if [ -z "$placed" ]; then placed=${#used[@]}; used+=(0); fi
+    used[placed]=$(( used[placed] + size ))
+    n=$(printf 'part-%02d' "$placed")
+    mkdir -p "$out/$n"
+    mv "$out/.pieces/$item" "$out/$n/"
+  done < <(cd "$out/.pieces" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%s %f\n' | sort -rn)
+  for n in "$out"/part-*; do
+    cp "$out/.pieces/SHA256SUMS" "$n/"
+    write_install "$n/install.sh"
+  done
+  rm -rf "$out/.pieces"
+  echo "staged $(ls -d "$out"/part-* | wc -l) part(s) of at most $PART_MIB MiB in $out:"
+  du -sh "$out"/part-*
+}
+
+# install.sh: reassemble chunks (bit-exact, checked) and install offline.
+write_install() {
+  cat > "$1" <<'EOS'
+#!/usr/bin/env bash
+# Reassemble and install the rllib_fast GPU bundle offline. Copy every part's
+# files into one folder (this script's), then: bash install.sh
+#   bash install.sh --reassemble-only   # only rebuild and check the wheels
+set -euo pipefail
+D="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PY="${PYTHON:-python3}"
+cd "$D"
+shopt -s nullglob
+for first in *.chunk-000; do
+  whole="${first%.chunk-000}"
+  cat "$whole".chunk-* > "$whole.tmp" && mv "$whole.tmp" "$whole"
+done
+missing=0
+while read -r sum name; do
+  [ -f "$name" ] || { echo "missing: $name (a part was not copied here)"; missing=1; }
+done < SHA256SUMS
+[ "$missing" = 0 ] || { echo "copy every part-NN/* into $D, then run this again" >&2; exit 3; }
+sha256sum --quiet -c SHA256SUMS || { echo "checksum mismatch: a part is incomplete or corrupt" >&2; exit 4; }
+rm -f -- *.chunk-*
+echo "wheels complete and verified in $D"
+[ "${1:-}" = "--reassemble-only" ] && exit 0
+reqs=("ray[rllib,tune]==2.60.*" gymnasium)
+ls mjlab-*.whl >/dev/null 2>&1 && reqs+=(mjlab)
+# resolve against what the image already has plus these wheels; torch stays the image's
+if ! "$PY" -m pip install -q --no-index --find-links "$D" "${reqs[@]}"; then
+  echo "resolution against the image failed; installing the bundled wheels without dependency checks" >&2
+  "$PY" -m pip install -q --no-index --no-deps "$D"/*.whl
+fi
+# rllib_fast itself without its dependency list (MLflow/Optuna are optional at run time)
+"$PY" -m pip install -q --no-index --no-deps --force-reinstall "$D"/rllib_fast-*.whl
+"$PY" -c "import torch, ray, gymnasium, rllib_fast; print('ok: ray', ray.__version__, 'gymnasium', gymnasium.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+EOS
+  chmod +x "$1"
+}
+
+download() {
+  local dl="$OUT.download" keep="$OUT.wheels"
+  local -a extra=() plat=()
+  rm -rf "$dl" "$keep"; mkdir -p "$dl" "$keep"
+  for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 \
+           manylinux1_x86_64 any; do plat+=(--platform "$p"); done
+  [ "$WITH_MJLAB" = 1 ] && extra+=(mjlab)
+  echo "+ pip download (Python 3.12, x86-64 Linux wheels only) into $dl"
+  "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp "${plat[@]}" \
+      -d "$dl" "ray[rllib,tune]==2.60.*" gymnasium "${extra[@]}"
+  echo "+ wheel of this repository"
+  "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$dl" "$REPO"
+  local w name skip
+  for w in "$dl"/*; do
+    name=$(norm "$(basename "$w" | cut -d- -f1)")
+    skip=""
+    for n in $NEVER; do [ "$name" = "$n" ] && skip="never bundled"; done
+    case "$name" in nvidia-*) skip="never bundled";; esac
+    if [ -z "$skip" ] && [ "$ALL_DEPS" = 0 ]; then
+      for n in $DEVICE_HAS; do [ "$name" = "$(norm "$n")" ] && skip="in the device image"; done
+    fi
+    if [ -n "$skip" ]; then echo "  left out ($skip): $(basename "$w")"; else cp "$w" "$keep/"; fi
+  done
+  stage "$keep" "$OUT"
+}
+
+print_commands() {
+  local parts=("$OUT"/part-*) rel last i
+  echo
+  echo "On the device machine (device tool 'run'), one call per part, back to back (it stays warm 30 s):"
+  last=$(( ${#parts[@]} - 1 ))
+  for i in "${!parts[@]}"; do
+    rel="${parts[i]#"$REPO"/}"
+    if [ "$i" = 0 ]; then pre="mkdir -p /tmp/rf_bundle && "; else pre=""; fi
+    if [ "$i" = "$last" ]; then post=" && bash /tmp/rf_bundle/install.sh"; else post=""; fi
+    echo "  carry [\"$rel\"]  command: ${pre}cp $rel/* /tmp/rf_bundle/${post}"
+  done
+  echo "then (same warm machine):  command: PYTHONUNBUFFERED=1 python3 benchmarks/gpu.py --quick --out \$OUT"
+}
+
+WITH_MJLAB=0; ALL_DEPS=0
+if [ "${1:-}" = "stage" ]; then
+  [ $# -eq 3 ] || { echo "usage: $0 stage WHEEL_DIR OUT_DIR" >&2; exit 2; }
+  stage "$2" "$3"; exit 0
+fi
+for a in "$@"; do
+  case "$a" in
+    --mjlab) WITH_MJLAB=1 ;;
+    --all-deps) ALL_DEPS=1 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $a (allowed: --mjlab, --all-deps, stage WHEEL_DIR OUT_DIR)" >&2; exit 2 ;;
+  esac
+done
+download
+print_commands
