@@ -60,13 +60,15 @@ def live_module(algo, key: tuple, build: Callable[[], GreedyPolicyModule],
                 attach: Callable[[GreedyPolicyModule], None]) -> GreedyPolicyModule:
     """The algorithm's inference module, built once per set of live networks.
 
-    ``key``: the live objects the module wraps (compared by identity, so a
-    PBT rebuild that replaces the networks gets a new module). ``build`` runs
+    ``key``: the live networks the module wraps (compared by identity, so a
+    PBT rebuild that replaces the networks gets a new module) and plain
+    values it was built for (compared by value, e.g. a member index). ``build`` runs
     under a forked torch RNG: its throw-away initialisation must not shift the
     algorithm's random stream (a resumed run must stay identical whether or
     not ``get_module()`` was called). ``attach`` puts the live networks in."""
     cached = getattr(algo, "_greedy_module_cache", None)
-    if cached is not None and len(cached[0]) == len(key) and all(a is b for a, b in zip(cached[0], key)):
+    if cached is not None and len(cached[0]) == len(key) and all(a is b if isinstance(a, torch.nn.Module) else a == b
+                                                                 for a, b in zip(cached[0], key)):
         return cached[1]
     with torch.random.fork_rng(devices=[]):
         module = build()

@@ -167,8 +167,12 @@ class PopulationAlgorithm(FastAlgorithm):
                 self.hp.applied[k] = value
         self.optimizer_hparams()
 
-    def get_module(self, module_id: str = "default_policy"):
-        return getattr(self, "actor", None) or getattr(self, "q", None)
+    def get_module(self, module_id: str = "default_policy", member: Optional[int] = None):
+        """One member's greedy policy as an RLModule: the best member by fitness
+        (what ``compute_actions`` uses; CEM-RL: its mean policy), or ``member``."""
+        from .module import population_policy_module
+
+        return population_policy_module(self, member)
 
     def best_member(self) -> int:
         fit = self.returns.fitness()
