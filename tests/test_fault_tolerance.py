@@ -25,7 +25,7 @@ from ray import tune
 from rllib_fast.algorithms.ppo import FastPPOConfig
 from rllib_fast.cli import build_parser, main
 from rllib_fast.tune import sweep as sw
-from rllib_fast.tune.guard import NonFiniteUpdateError
+from rllib_fast.core.guard import NonFiniteUpdateError
 
 SMALL = dict(num_envs=8, rollout_length=16, num_minibatches=2, decorrelate_steps=0)
 PER_ITER = 8 * 16
@@ -210,7 +210,7 @@ def test_nan_update_skipped_when_configured():
 
 
 def test_exploding_value_and_config_errors():
-    from rllib_fast.tune.guard import bad_metric
+    from rllib_fast.core.guard import bad_metric
 
     assert bad_metric({"default_policy": {"vf_loss": 3e11, "vf_explained_var": float("nan")}}, 1e10) == (
         "default_policy/vf_loss", 3e11)

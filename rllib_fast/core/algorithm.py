@@ -39,6 +39,7 @@ from ray.tune.registry import ENV_CREATOR, _global_registry
 
 from ..envs import registry as env_registry
 from ..envs.base import TensorVecEnv, validate_env
+from .guard import UpdateGuard
 from .metrics import EpisodeTracker
 from .params import Param, apply_defaults, unknown_key_message
 
@@ -76,7 +77,7 @@ class FastConfig(AlgorithmConfig):
                                             "finished; None: the env's own limit)", (int,), low=1, optional=True),
         "evaluation_max_env_steps": Param(None, "evaluation: stop after this many steps per eval env even if "
                                           "episodes are unfinished (None: no cap)", (int,), low=1, optional=True),
-        # NaN/exploding-update guard (rllib_fast/tune/guard.py), checked once per iteration
+        # NaN/exploding-update guard (core/guard.py), checked once per iteration
         "nonfinite_guard": Param("stop", "on a NaN/inf or exploding loss/value/parameter: 'stop' the trial "
                                  "(last good checkpoint intact), 'skip' the bad update, or 'off'", (str,),
                                  choices=("stop", "skip", "off")),
@@ -412,9 +413,7 @@ class FastAlgorithm(Algorithm):
     # -- RLlib obligations ------------------------------------------------------
     def step(self) -> Dict[str, Any]:
         """``Algorithm.step`` checked by the NaN/exploding-update guard
-        (``nonfinite_guard``; see :mod:`rllib_fast.tune.guard`)."""
-        from ..tune.guard import UpdateGuard
-
+        (``nonfinite_guard``; see :mod:`rllib_fast.core.guard`)."""
         guard = UpdateGuard.from_config(self.config)
         snapshot = guard.snapshot(self)
         results = guard.check(self, super().step(), snapshot)
