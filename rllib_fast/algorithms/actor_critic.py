@@ -29,7 +29,8 @@ _LOG_2PI = math.log(2 * math.pi)
 class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
     """Separate actor and critic MLPs.
 
-    ``model_config``: hidden_sizes, activation, std_mode, init_log_std.
+    ``model_config``: hidden_sizes, activation, std_mode, init_log_std,
+    normalize_obs (default True).
     """
 
     def setup(self) -> None:
@@ -53,9 +54,20 @@ class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
         self.pi = mlp(obs_dim, hidden, out, act, out_gain=0.01)
         self.vf = mlp(obs_dim, hidden, 1, act, out_gain=1.0)
         self.obs_norm = RunningMeanStd((obs_dim,))
+        # Whether observations go through `obs_norm`. Without it the policy is trained on raw
+        # observations, so inference must not apply the (identity) normaliser's +-10 clip either.
+        self.normalize_obs = bool(mc.get("normalize_obs", True))
         self.value_norm = RunningMeanStd((), clip=math.inf)
 
     # -- hot path (normalised observations in) -------------------------------------
+    def policy_input(self, obs: torch.Tensor) -> torch.Tensor:
+        """Raw observations ``[B, ...]`` as the networks see them: flattened,
+        float, normalised (and clipped) only when ``normalize_obs``. The one
+        definition shared by the acting path and the RLModule API, so
+        inference acts exactly as training did."""
+        obs = obs.float().reshape(obs.shape[0], -1)
+        return self.obs_norm.normalize(obs) if self.normalize_obs else obs
+
     def dist_params(self, obs_n: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor | None]:
         out = self.pi(obs_n)
         if self.discrete:
@@ -108,21 +120,21 @@ class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
 
     # -- RLModule API (raw observations in) ------------------------------------------
     def _forward(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
-        obs_n = self.obs_norm.normalize(batch[Columns.OBS].float())
+        obs_n = self.policy_input(batch[Columns.OBS])
         p, log_std = self.dist_params(obs_n)
         dist_inputs = p if self.discrete else torch.cat([p, log_std], dim=-1)
         return {Columns.ACTION_DIST_INPUTS: dist_inputs}
 
     def _forward_inference(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
         out = self._forward(batch)
-        obs_n = self.obs_norm.normalize(batch[Columns.OBS].float())
+        obs_n = self.policy_input(batch[Columns.OBS])
         a, _ = self.sample(obs_n, deterministic=True)
         out[Columns.ACTIONS] = self.to_env_action(a)
         return out
 
     def compute_values(self, batch: Dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """Denormalised state values for raw observations."""
-        obs_n = self.obs_norm.normalize(batch[Columns.OBS].float())
+        obs_n = self.policy_input(batch[Columns.OBS])
         return self.value_norm.denormalize(self.value(obs_n))
 
     def get_inference_action_dist_cls(self):

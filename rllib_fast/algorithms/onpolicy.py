@@ -79,7 +79,8 @@ class OnPolicyAlgorithm(FastAlgorithm):
             observation_space=env.single_observation_space, action_space=env.single_action_space,
             inference_only=False,
             model_config={"hidden_sizes": list(cfg.hidden_sizes), "activation": cfg.activation,
-                          "std_mode": cfg.std_mode, "init_log_std": cfg.init_log_std},
+                          "std_mode": cfg.std_mode, "init_log_std": cfg.init_log_std,
+                          "normalize_obs": cfg.normalize_obs},
         ).to(self.device)
         self.params = list(self.module.parameters())
         self.optimizer = self.make_optimizer()
@@ -100,12 +101,9 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self._decorrelate()
 
     def _normalize_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
-        obs = obs.float().reshape(obs.shape[0], -1)
-        if not self.config.normalize_obs:
-            return obs
-        if update:
-            self.module.obs_norm.update(obs, reduce=self._reduce)
-        return self.module.obs_norm.normalize(obs)
+        if update and self.config.normalize_obs:
+            self.module.obs_norm.update(obs.float().reshape(obs.shape[0], -1), reduce=self._reduce)
+        return self.module.policy_input(obs)
 
     @torch.no_grad()
     def _decorrelate(self) -> None:

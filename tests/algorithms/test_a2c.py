@@ -63,3 +63,31 @@ def test_onpolicy_algorithms_train_on_image_observations(cfg_cls):
         result = algo.train()
     assert result["num_env_steps_sampled_lifetime"] == 4 * 4 + 2 * 8 * 4
     algo.stop()
+
+
+@pytest.mark.parametrize("normalize_obs", [False, True])
+def test_inference_forward_equals_the_acting_path_on_acrobot(normalize_obs):
+    """``get_module().forward_inference`` must act as training does. Without
+    observation normalisation the acting path feeds raw observations, so
+    inference may not clip them to the normaliser's +-10 (Acrobot's joint
+    velocities reach 4*pi and 9*pi = 28.3)."""
+    from ray.rllib.core.columns import Columns
+
+    algo = FastA2CConfig().environment("Acrobot", num_envs=8).training(
+        normalize_obs=normalize_obs, decorrelate_steps=0).debugging(seed=3).build_algo()
+    algo.train()
+    obs = algo.obs.clone()
+    obs[:, 4] = torch.linspace(-12.0, 12.0, 8)
+    obs[:, 5] = torch.linspace(-28.0, 28.0, 8)
+    module = algo.get_module()
+    with torch.no_grad():
+        out = module.forward_inference({Columns.OBS: obs})
+        acting = algo._normalize_obs(obs, update=False)
+        if not normalize_obs:
+            assert torch.equal(acting, obs)  # the acting path sees raw observations
+        assert torch.equal(out[Columns.ACTION_DIST_INPUTS], module.dist_params(acting)[0])
+        assert torch.equal(out[Columns.ACTIONS], algo.compute_actions(obs, explore=False))
+        values = module.compute_values({Columns.OBS: obs})
+        expected = module.value(acting)
+        assert torch.equal(values, module.value_norm.denormalize(expected))
+    algo.stop()

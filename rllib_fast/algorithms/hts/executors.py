@@ -389,5 +389,4 @@ class HTSRuntime:
                 ev.wait(0.002)
 
     def _normalize(self, module: Any, obs: torch.Tensor) -> torch.Tensor:
-        obs = obs.float()
-        return module.obs_norm.normalize(obs) if self.normalize_obs else obs
+        return module.policy_input(obs)  # the snapshot's own rule, as training and inference use
