@@ -487,6 +487,23 @@ class FastAlgorithm(Algorithm):
     def get_checkpointable_components(self) -> list:
         return []
 
+    def save_to_path(self, path=None, *, state=None, filesystem=None, use_msgpack=False) -> str:
+        """Checkpointable's save, plus the policy as an RLModule checkpoint where RLlib
+        puts one (``learner_group/learner/rl_module/default_policy``), so
+        ``RLModule.from_checkpoint`` and ``rllib-fast export`` need no algorithm."""
+        from ..export import save_policy_module
+
+        path = super().save_to_path(path, state=state, filesystem=filesystem, use_msgpack=use_msgpack)
+        save_policy_module(self, path, filesystem=filesystem, use_msgpack=use_msgpack)
+        return path
+
+    def export_policy(self, path, format: str = "onnx", member: Optional[int] = None) -> str:
+        """The greedy policy (observation normalisation and action scaling included)
+        as one ONNX or TorchScript file; see :mod:`rllib_fast.export`."""
+        from ..export import export_policy
+
+        return export_policy(self, path, format=format, member=member)
+
     def _setup(self) -> Dict[str, Any]:
         """What a checkpoint must match to be restored here: the algorithm, the
         env name and the keys that are not live (they shape envs, modules, storage)."""
