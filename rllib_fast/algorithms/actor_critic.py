@@ -30,7 +30,9 @@ class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
     """Separate actor and critic MLPs.
 
     ``model_config``: hidden_sizes, activation, std_mode, init_log_std,
-    normalize_obs (default True).
+    normalize_obs (default True), state_dim (asymmetric actor-critic: the
+    critic reads the source's privileged ``states`` of this width, normalised
+    by their own ``state_norm``; None: the critic reads the observation).
     """
 
     def setup(self) -> None:
@@ -52,8 +54,12 @@ class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
                 self.log_std = nn.Parameter(torch.full((self.act_dim,), float(mc.get("init_log_std", 0.0))))
             self.init_log_std = float(mc.get("init_log_std", 0.0))
         self.pi = mlp(obs_dim, hidden, out, act, out_gain=0.01)
-        self.vf = mlp(obs_dim, hidden, 1, act, out_gain=1.0)
+        state_dim = mc.get("state_dim")
+        self.asymmetric = state_dim is not None
+        self.vf = mlp(int(state_dim) if self.asymmetric else obs_dim, hidden, 1, act, out_gain=1.0)
         self.obs_norm = RunningMeanStd((obs_dim,))
+        if self.asymmetric:  # the critic's own input statistics (states are not observations)
+            self.state_norm = RunningMeanStd((int(state_dim),))
         # Whether observations go through `obs_norm`. Without it the policy is trained on raw
         # observations, so inference must not apply the (identity) normaliser's +-10 clip either.
         self.normalize_obs = bool(mc.get("normalize_obs", True))
@@ -67,6 +73,12 @@ class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
         inference acts exactly as training did."""
         obs = obs.float().reshape(obs.shape[0], -1)
         return self.obs_norm.normalize(obs) if self.normalize_obs else obs
+
+    def critic_input(self, states: torch.Tensor) -> torch.Tensor:
+        """Raw states ``[B, ...]`` as the critic sees them (flattened, float,
+        normalised like observations when ``normalize_obs``)."""
+        states = states.float().reshape(states.shape[0], -1)
+        return self.state_norm.normalize(states) if self.normalize_obs else states
 
     def dist_params(self, obs_n: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor | None]:
         out = self.pi(obs_n)
@@ -108,9 +120,11 @@ class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
         entropy = (0.5 + 0.5 * _LOG_2PI + log_std).sum(-1)
         return logp, entropy
 
-    def value(self, obs_n: torch.Tensor) -> torch.Tensor:
-        """Critic output in normalised-return units."""
-        return self.vf(obs_n).squeeze(-1)
+    def value(self, critic_in: torch.Tensor) -> torch.Tensor:
+        """Critic output in normalised-return units, from the critic's input as
+        prepared for it: normalised observations, or ``critic_input(states)``
+        for an asymmetric critic."""
+        return self.vf(critic_in).squeeze(-1)
 
     def to_env_action(self, a: torch.Tensor) -> torch.Tensor:
         if self.discrete:
@@ -133,9 +147,16 @@ class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
         return out
 
     def compute_values(self, batch: Dict[str, Any], embeddings: Any = None) -> torch.Tensor:
-        """Denormalised state values for raw observations."""
-        obs_n = self.policy_input(batch[Columns.OBS])
-        return self.value_norm.denormalize(self.value(obs_n))
+        """Denormalised state values for raw observations, or for raw
+        ``batch["states"]`` when the critic is asymmetric."""
+        if self.asymmetric:
+            if "states" not in batch:
+                raise KeyError("ActorCriticModule.compute_values: this critic reads the source's states; "
+                               "pass them as batch['states'] (observations are the actor's input only)")
+            critic_in = self.critic_input(batch["states"])
+        else:
+            critic_in = self.policy_input(batch[Columns.OBS])
+        return self.value_norm.denormalize(self.value(critic_in))
 
     def get_inference_action_dist_cls(self):
         from ray.rllib.models.torch.torch_distributions import TorchCategorical, TorchDiagGaussian

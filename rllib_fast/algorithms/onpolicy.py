@@ -19,6 +19,7 @@ from ..core.nets import ACTIVATIONS
 from ..core.params import POSITIVE_INT_LIST, Param
 from ..core.rollout import RolloutStorage, compute_gae
 from .actor_critic import ActorCriticModule
+from .asymmetric import ASYMMETRIC_CRITIC, current_states, final_states, state_dim, step_states
 
 POLICY = "default_policy"
 
@@ -59,6 +60,7 @@ class OnPolicyConfig(FastConfig):
         "std_mode": Param("state_independent", "Gaussian std: a free parameter or a head output",
                           (str,), choices=("state_independent", "state_dependent")),
         "init_log_std": Param(0.0, "initial log std of the Gaussian policy", low=-10.0, high=5.0),
+        "asymmetric_critic": ASYMMETRIC_CRITIC,
         "decorrelate_steps": Param(None, "start-state decorrelation: env i first takes k_i ~ U[0, this] random "
                                    "actions (None: the env's time limit or 100; 0: off)", (int,), low=0,
                                    optional=True),
@@ -75,12 +77,16 @@ class OnPolicyAlgorithm(FastAlgorithm):
     # -- construction ------------------------------------------------------------
     def build(self) -> None:
         cfg, env = self.config, self.env
+        # asymmetric actor-critic: the critic (and its input normaliser) read the source's states
+        self.state_dim = state_dim(cfg, env, type(self).__name__)
+        self.critic_key, self.final_critic_key = (("states", "final_states") if self.state_dim is not None
+                                                  else ("obs", "final_obs"))
         self.module = ActorCriticModule(
             observation_space=env.single_observation_space, action_space=env.single_action_space,
             inference_only=False,
             model_config={"hidden_sizes": list(cfg.hidden_sizes), "activation": cfg.activation,
                           "std_mode": cfg.std_mode, "init_log_std": cfg.init_log_std,
-                          "normalize_obs": cfg.normalize_obs},
+                          "normalize_obs": cfg.normalize_obs, "state_dim": self.state_dim},
         ).to(self.device)
         self.params = list(self.module.parameters())
         self.optimizer = self.make_optimizer()
@@ -95,7 +101,11 @@ class OnPolicyAlgorithm(FastAlgorithm):
             "rewards": ((), torch.float32), "terminated": ((), torch.bool), "done": ((), torch.bool),
             "valid": ((), torch.bool),
             **({"raw_obs": (obs_shape, torch.float32)} if cfg.normalize_obs else {}),
+            # raw states; `_prepare_critic_inputs` normalises them in place once per batch
+            **({k: ((self.state_dim,), torch.float32) for k in ("states", "final_states")}
+               if self.state_dim is not None else {}),
         }, self.device)
+        self.states = current_states(env) if self.state_dim is not None else None
         self.any_invalid = False  # flips to True the first time a source reports valid=False masks
         self.dist = None  # DistributedContext when this is one of several data-parallel learners
         self._decorrelate()
@@ -124,7 +134,10 @@ class OnPolicyAlgorithm(FastAlgorithm):
             policy_a, _ = self.module.sample(self._normalize_obs(self.obs, update=True))
             random_a = self.env.sample_actions()
             use_random = (t < k).view(-1, *([1] * (random_a.dim() - 1)))
-            self.obs = self.env.step(torch.where(use_random, random_a, self.module.to_env_action(policy_a))).obs
+            step = self.env.step(torch.where(use_random, random_a, self.module.to_env_action(policy_a)))
+            self.obs = step.obs
+            if self.states is not None:
+                self.states = step_states(step)
         self.log_env_steps(k_max * n)
         self.tracker.skip_current_episodes()
 
@@ -157,6 +170,17 @@ class OnPolicyAlgorithm(FastAlgorithm):
 
     def stateful_components(self) -> Dict[str, Any]:
         return {**super().stateful_components(), "module": self.module, "optimizer": self.optimizer}
+
+    def extra_state(self) -> Dict[str, Any]:
+        out = super().extra_state()
+        if self.states is not None:   # the current states go with the current observation
+            out["states"] = self.states
+        return out
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        super().set_extra_state(state)
+        if self.states is not None and state.get("states") is not None:
+            self.states = state["states"].to(self.device)
 
     # -- acting --------------------------------------------------------------------
     @torch.no_grad()
@@ -207,6 +231,8 @@ class OnPolicyAlgorithm(FastAlgorithm):
         for t in range(self.horizon):
             if cfg.normalize_obs:
                 st["raw_obs"][t].copy_(self.obs.reshape(self.obs.shape[0], -1))
+            if self.states is not None:   # before the step: a source may reuse its states buffer
+                st["states"][t].copy_(self.states)
             obs_n = self._normalize_obs(self.obs, update=False)
             action, logp = module.sample(obs_n)
             step = env.step(module.to_env_action(action))
@@ -219,6 +245,9 @@ class OnPolicyAlgorithm(FastAlgorithm):
                       actions=action, logp=logp, rewards=step.reward, terminated=step.terminated,
                       done=step.terminated | step.truncated)
             self.obs = step.obs
+            if self.states is not None:
+                st["final_states"][t].copy_(final_states(step))
+                self.states = step_states(step)
             self._after_sampling_step(t)
         valid = st["valid"] if self.any_invalid else None
         self.tracker.update_batch(st["rewards"], st["done"], valid)
@@ -229,8 +258,24 @@ class OnPolicyAlgorithm(FastAlgorithm):
         """Hook between two batched env steps (asynchronous learners pull
         central parameters here every few steps). Nothing by default."""
 
+    @torch.no_grad()
+    def _prepare_critic_inputs(self, valid) -> None:
+        """Asymmetric critic: the batch's raw states absorb into the state
+        statistics, then ``states``/``final_states`` are normalised in place
+        (once per batch, so the critic sees one normalisation in targets and
+        loss). Nothing to do when the critic reads the (already normalised)
+        observations."""
+        if self.state_dim is None:
+            return
+        st, module = self.storage, self.module
+        if self.config.normalize_obs:
+            module.state_norm.update(st["states"], mask=valid, reduce=self._reduce)
+        for key in ("states", "final_states"):
+            st[key].copy_(module.critic_input(st.flat(key)).view_as(st[key]))
+
     def _targets(self):
-        """Values of observations and of ``final_obs`` in one batched critic
+        """Values of the critic's inputs (normalised observations, or states)
+        and of ``final_obs`` (``final_states``) in one batched critic
         pass, GAE with time-out bootstrapping, value-normaliser update.
         Returns flat ``(advantages, value_targets, old_values, weights)`` with
         value quantities in the critic's (normalised) units and weights None
@@ -239,8 +284,9 @@ class OnPolicyAlgorithm(FastAlgorithm):
         T, N = self.horizon, self.env.num_envs
         B = T * N
         valid = st["valid"] if self.any_invalid else None
+        self._prepare_critic_inputs(valid)
         with torch.no_grad():
-            both = torch.cat([st.flat("obs"), st.flat("final_obs")])
+            both = torch.cat([st.flat(self.critic_key), st.flat(self.final_critic_key)])
             v_n = module.value(both).view(2, T, N)
             vnorm = module.value_norm
             values = vnorm.denormalize(v_n[0]) if cfg.normalize_values else v_n[0]

@@ -44,7 +44,8 @@ class FastA2C(OnPolicyAlgorithm):
         obs = st.flat("obs")
         logp, entropy = module.evaluate_actions(obs, st.flat("actions"))
         pg_loss = -masked_mean(logp * adv, w, denom)
-        vf_loss = 0.5 * masked_mean((module.value(obs) - targets) ** 2, w, denom)
+        critic_in = st.flat(self.critic_key)   # the observations, or the source's states (asymmetric)
+        vf_loss = 0.5 * masked_mean((module.value(critic_in) - targets) ** 2, w, denom)
         ent = masked_mean(entropy, w, denom)
         loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * ent
         self.optimizer.zero_grad(set_to_none=True)

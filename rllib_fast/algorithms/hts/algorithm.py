@@ -114,6 +114,8 @@ class HTSMixin:
         cfg = self.config
         self.alpha = self.horizon
         self.obs = self.obs.clone()          # the shared state buffer: updated in place from now on
+        if self.states is not None:          # critic states (asymmetric): shared and updated in place too
+            self.states = self.states.clone()
         # observations are stored flat (the policy is an MLP), so image sources such as MinAtar work too
         fields = {k: (tuple(v.shape[2:]), v.dtype) for k, v in self.storage.data.items()}
         obs_dim = int(np.prod(self.env.obs_shape))
@@ -151,7 +153,8 @@ class HTSMixin:
             dist_shape = (int(env.single_action_space.n),) if env.is_discrete else (act.act_dim,)
             self.runtime = HTSRuntime(env.parts, env.slices, self.obs, self.executor_generators, cfg.num_actors,
                                       cfg.deterministic_inference, cfg.normalize_obs, dist_shape,
-                                      any_invalid=self._mark_invalid, combining=cfg.actor_mode == "combining")
+                                      any_invalid=self._mark_invalid, combining=cfg.actor_mode == "combining",
+                                      states=self.states)
         return self.runtime
 
     def _mark_invalid(self) -> None:
@@ -284,6 +287,8 @@ class HTSMixin:
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         self.obs.copy_(state["obs"])                      # keep the shared buffer object
+        if self.states is not None and state.get("states") is not None:
+            self.states.copy_(state["states"])
         self.version, self.rounds = int(state["version"]), int(state["rounds"])
         self.train_time_s = float(state["train_time_s"])
         self.any_invalid = bool(state["any_invalid"])

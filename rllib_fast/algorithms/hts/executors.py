@@ -41,6 +41,7 @@ from torch.nn import functional as F
 
 from ...envs.base import Step, TensorVecEnv, concat_steps
 from ...envs.workers import worker_seed
+from ..asymmetric import final_states, step_states
 
 
 class HTSStopped(RuntimeError):
@@ -68,6 +69,7 @@ class ExecutorGroupEnv(TensorVecEnv):
         self.device = p0.device
         self.single_observation_space = p0.single_observation_space
         self.single_action_space = p0.single_action_space
+        self.single_state_space = getattr(p0, "single_state_space", None)  # the critic's states, if any
         self.max_episode_steps = getattr(p0, "max_episode_steps", None)
         self.slices: List[slice] = []
         lo = 0
@@ -88,6 +90,13 @@ class ExecutorGroupEnv(TensorVecEnv):
         else:
             outs = list(self._pool.map(lambda pa: pa[0].step(pa[1]), zip(self.parts, chunks)))
         return concat_steps(outs)
+
+    @property
+    def states(self) -> Optional[torch.Tensor]:
+        """Every part's current critic states, concatenated (None without states)."""
+        if self.single_state_space is None:
+            return None
+        return torch.cat([p.states for p in self.parts], 0)
 
     def randomize_episode_progress(self) -> None:
         for p in self.parts:
@@ -151,13 +160,15 @@ class HTSRuntime:
         deterministic: fixed-shape forwards (see module docstring).
         normalize_obs: actors normalise with the behaviour snapshot's statistics.
         any_invalid: callback the first time a source reports ``valid`` masks.
+        states: the shared ``[N, S]`` buffer of current critic states (asymmetric
+            actor-critic; updated in place like ``obs``), or None.
     """
 
     def __init__(self, parts: Sequence[TensorVecEnv], slices: Sequence[slice], obs: torch.Tensor,
                  generators: Sequence[torch.Generator], num_actors: int, deterministic: bool,
                  normalize_obs: bool, dist_shape: tuple, any_invalid=None, poll_s: float = 0.05,
-                 combining: bool = False):
-        self.parts, self.slices, self.obs = list(parts), list(slices), obs
+                 combining: bool = False, states: Optional[torch.Tensor] = None):
+        self.parts, self.slices, self.obs, self.states = list(parts), list(slices), obs, states
         self.generators = list(generators)
         self.E = len(self.parts)
         self.deterministic, self.normalize_obs = bool(deterministic), bool(normalize_obs)
@@ -290,6 +301,8 @@ class HTSRuntime:
                 action, logp = sample_with(module, p, log_std, gen)
                 obs = self.obs[sl]
                 st["obs"][t, sl].copy_(obs.reshape(obs.shape[0], -1))
+                if self.states is not None:   # raw; the learner normalises the batch
+                    st["states"][t, sl].copy_(self.states[sl])
                 step = env.step(module.to_env_action(action))
                 if step.valid is not None:
                     st["valid"][t, sl].copy_(step.valid)
@@ -304,6 +317,9 @@ class HTSRuntime:
                 st["terminated"][t, sl].copy_(step.terminated)
                 st["done"][t, sl].copy_(step.terminated | step.truncated)
                 obs.copy_(step.obs)
+                if self.states is not None:
+                    st["final_states"][t, sl].copy_(final_states(step))
+                    self.states[sl].copy_(step_states(step))
                 busy += time.perf_counter() - t1
             self.busy_s[e], self.act_wait_s[e] = busy, wait
             with self._round_cond:

@@ -36,6 +36,7 @@ class FastPPO(OnPolicyAlgorithm):
         B = self.horizon * self.env.num_envs
         adv, targets, old_v, w = self._targets()
         obs, actions, old_logp = st.flat("obs"), st.flat("actions"), st.flat("logp")
+        critic_in = st.flat(self.critic_key)   # the observations, or the source's states (asymmetric)
         mb = B // cfg.num_minibatches
         stats = torch.zeros(6, device=self.device)  # pg, vf, ent, kl, clipfrac, count
         for _ in range(cfg.num_epochs):
@@ -53,7 +54,7 @@ class FastPPO(OnPolicyAlgorithm):
                     a = standardize(a, wi, self._reduce)
                 surr = torch.min(ratio * a, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * a)
                 pg_loss = -masked_mean(surr, wi, denom)
-                v = module.value(obs[idx])
+                v = module.value(critic_in[idx])
                 vf = (v - targets[idx]) ** 2
                 if cfg.vf_clip_param is not None:
                     v_clip = old_v[idx] + (v - old_v[idx]).clamp(-cfg.vf_clip_param, cfg.vf_clip_param)
