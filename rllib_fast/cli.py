@@ -55,6 +55,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 RETURN_KEY = "env_runners/episode_return_mean"
 STEP_KEY = "num_env_steps_sampled_lifetime"
 METRIC_COLUMNS = {RETURN_KEY: "return", STEP_KEY: "env_steps", "time_total_s": "time (s)"}
+#: The command name (rllib / rllib-fast) handed to a re-executed CLI (see tune.session.reexec_for_loopback).
+PROG_ENV = "RLLIB_FAST_PROG"
 _SEARCH_KEYS = ("search_alg", "scheduler", "metric", "mode", "num_samples", "max_concurrent_trials")
 
 
@@ -289,8 +291,46 @@ def _finish_spec(name: str, spec: Dict[str, Any], args, overrides: Dict[str, Any
     }
     spec.pop("stop", None)
     spec.pop("num_samples", None)
-    out.update(spec)  # anything else Experiment.from_json accepts (e.g. max_failures)
+    from .tune.stop_keys import stop_key_error
+
+    err = stop_key_error(out["stop"], _is_fast(cls))
+    if err:
+        raise UsageError(f"experiment {name!r}: {err}")
+    for key in spec:  # anything else must be an Experiment argument (e.g. max_failures)
+        if key not in _experiment_keys():
+            allowed = sorted(set(_experiment_keys()) | {"env", "checkpoint_freq", "checkpoint_at_end",
+                                                        "keep_checkpoints_num"})
+            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise UsageError(f"experiment {name!r}: unknown key {key!r}.{hint} Allowed: {', '.join(allowed)}")
+    out.update(spec)
     return out
+
+
+def _experiment_keys() -> List[str]:
+    """The keys of an experiment spec (``ray.tune.Experiment``'s arguments) plus the sweep keys."""
+    import inspect
+
+    from ray.tune.experiment import Experiment
+
+    from .tune.sweep import SWEEP_KEYS
+
+    params = [p for p in inspect.signature(Experiment.__init__).parameters if p not in ("self", "name")]
+    return params + list(SWEEP_KEYS)
+
+
+def check_devices(experiments: Mapping[str, Mapping[str, Any]], args) -> None:
+    """Raise :class:`UsageError` when an experiment asks for a GPU a local Ray cannot
+    have (see :func:`rllib_fast.tune.session.device_error`). Called just before Ray
+    starts, not while parsing: a GPU sweep file still parses on a laptop."""
+    from .tune.session import device_error, names_cluster
+
+    local = not any(names_cluster(a) for a in (getattr(args, "ray_address", None), getattr(args, "address", None),
+                                               os.environ.get("RAY_ADDRESS")))
+    for name, spec in experiments.items():
+        err = device_error(spec.get("config") or {}, local=local)
+        if err:
+            raise UsageError(f"experiment {name!r}: {err}")
 
 
 def plan_from_flags(args) -> Plan:
@@ -407,33 +447,19 @@ def _env_var(key: str, value: str):
 
 
 def _init_ray(args) -> bool:
-    """ray.init (unless already up) and register our names; True if we started Ray."""
-    import ray
+    """ray.init (unless already up; a local Ray of our own, loopback only, unless
+    --ray-address names a cluster) and register our names; True if we started Ray."""
+    from .tune.session import init_ray
 
-    started = False
-    if not ray.is_initialized():
-        kwargs: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": args.verbose >= 1}
-        if args.ray_address:
-            kwargs["address"] = args.ray_address
-        else:
-            if not os.environ.get("RAY_ADDRESS"):  # our own local Ray, never a stray `ray start` cluster
-                kwargs["address"] = "local"
-            if args.ray_num_cpus is not None:
-                kwargs["num_cpus"] = args.ray_num_cpus
-            if args.ray_num_gpus is not None:
-                kwargs["num_gpus"] = args.ray_num_gpus
-        ray.init(**kwargs)
-        started = True
-    ensure_registered()
-    return started
+    return init_ray(args.ray_address, num_cpus=args.ray_num_cpus, num_gpus=args.ray_num_gpus,
+                    log_to_driver=args.verbose >= 1)
 
 
 def ensure_registered() -> None:
-    """Register our names in the current Ray session (Tune's registry lives
-    in the cluster, per job; ``register()`` checks it and re-registers)."""
-    import rllib_fast
+    """Kept for callers of the old name; see :func:`rllib_fast.tune.session.ensure_registered`."""
+    from .tune.session import ensure_registered as _register
 
-    rllib_fast.register()
+    _register()
 
 
 def run_plan(plan: Plan, args) -> int:
@@ -445,6 +471,7 @@ def run_plan(plan: Plan, args) -> int:
     from .tune.mlflow import MLflowRecorder, default_tracking_uri
     from .tune.plots import CurveCollector
 
+    check_devices(plan.experiments, args)
     started = _init_ray(args)
     try:
         experiments = []
@@ -717,7 +744,7 @@ def build_parser(prog: str = "rllib") -> argparse.ArgumentParser:
                "  rllib train file tune_configs/cartpole-fastppo-grid.yaml\n"
                "  rllib-fast evaluate runs/<exp>/<trial>/checkpoint_000000 --episodes 10\n"
                "  rllib-fast list")
-    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,report,evaluate,list}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,report,evaluate,export,list}")
 
     train = sub.add_parser("train", help="train an algorithm (flags) or run an experiment file",
                            description="rllib train --algo X --env Y [--config JSON] [--stop JSON] | "
@@ -757,6 +784,15 @@ def build_parser(prog: str = "rllib") -> argparse.ArgumentParser:
     ev.add_argument("--ray-num-gpus", type=int, default=None)
     ev.add_argument("-v", "--verbose", action="count", default=0)
 
+    exp = sub.add_parser("export", help="export a checkpoint's greedy policy as ONNX or TorchScript",
+                         description="Write the checkpoint's actor (greedy, observation normalisation and action "
+                                     "scaling included) as one file; see docs/deploy.md.")
+    exp.add_argument("checkpoint", help="checkpoint directory (or a trial directory: its latest checkpoint)")
+    exp.add_argument("--format", default="onnx", choices=("onnx", "torchscript"))
+    exp.add_argument("--out", default=None, help="output file (default: CHECKPOINT/policy.onnx or policy.pt)")
+    exp.add_argument("--member", type=int, default=None,
+                     help="population algorithms: export member K (default: the best member; CEM-RL: the mean)")
+
     sub.add_parser("demo", help="the main job: PBT over FastPPO on CartPole and Pendulum, recorded in MLflow "
                                 "(options: rllib-fast demo --help)", add_help=False)
 
@@ -788,6 +824,10 @@ def _evaluate(args) -> int:
     ckpt = _find_checkpoint(args.checkpoint)
     cls, _ = _checkpoint_ctor(ckpt)
     # RLlib built-ins need Ray (env runner actors, registries); ours do not
+    if not _is_fast(cls) and getattr(args, "console_argv", None) is not None:
+        from .tune.session import reexec_for_loopback
+
+        reexec_for_loopback("rllib_fast.cli", args.console_argv, {PROG_ENV: args.prog})
     started = False if _is_fast(cls) else _init_ray(args)
     try:
         res = evaluate_checkpoint(ckpt, args.episodes, explore=args.explore, seed=args.seed)
@@ -804,18 +844,37 @@ def _evaluate(args) -> int:
     return 0
 
 
+def _export(args) -> int:
+    from .export import ExportError, export_checkpoint
+
+    try:
+        path = export_checkpoint(_find_checkpoint(args.checkpoint), args.format, args.out, args.member)
+    except ExportError as err:
+        raise UsageError(str(err)) from None
+    print(f"exported {args.format} policy: {path}")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of ``rllib`` and ``rllib-fast``; returns the exit status."""
+    console = argv is None  # the console script or `python -m rllib_fast.cli` (not a test's main([...]))
+    prog = os.path.basename(sys.argv[0]) if console and sys.argv and sys.argv[0] else "rllib"
+    prog = os.environ.get(PROG_ENV, prog) if console else prog
     argv = list(sys.argv[1:] if argv is None else argv)
+    if console and argv[:1] in (["train"], ["sweep"], ["demo"]):
+        from .tune.session import reexec_for_loopback
+
+        # a local Ray listens on loopback only: needs a switch set before ray is imported
+        reexec_for_loopback("rllib_fast.cli", argv, {PROG_ENV: prog})
     if argv[:1] == ["demo"]:  # the demo owns its own argument parser
         from .demo import main as demo_main
 
         return demo_main(argv[1:])
-    """Entry point of ``rllib`` and ``rllib-fast``; returns the exit status."""
-    prog = os.path.basename(sys.argv[0]) if argv is None and sys.argv and sys.argv[0] else "rllib"
     if prog not in ("rllib", "rllib-fast"):
         prog = "rllib"
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    args.prog, args.console_argv = prog, (argv if console else None)
     if not args.command:
         parser.print_help()
         return 2
@@ -832,6 +891,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             from .tune.report import run_report
 
             return run_report(args)
+        if args.command == "export":
+            return _export(args)
         return _train(args)
     except UsageError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
@@ -846,4 +907,8 @@ def _console_main() -> None:  # pragma: no cover
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m rllib_fast.cli`: run the package's module, not this __main__ copy, so that
+    # UsageError raised in rllib_fast.tune.* is the class main() catches.
+    from rllib_fast.cli import main as _main
+
+    sys.exit(_main())

@@ -79,19 +79,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--perturbation-interval", type=int, default=4, help="Tune iterations between PBT steps")
     parser.add_argument("--out", default="runs", help="directory for Tune results, mlflow.db and plots")
+    if argv is None:  # `python -m rllib_fast.demo`: a local Ray on loopback only (see tune.session)
+        from .tune.session import reexec_for_loopback
+
+        reexec_for_loopback("rllib_fast.demo", sys.argv[1:])
     args = parser.parse_args(argv)
 
     import ray
 
-    import rllib_fast
+    from .tune.session import init_ray
     from .tune.mlflow import MLflowRecorder, ui_command
     from .tune.plots import CurveCollector
 
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
-             ignore_reinit_error=True)
-    rllib_fast.register()
+    started = init_ray(num_cpus=os.cpu_count() or 2)  # a local Ray of our own (or the one already up)
     recorder = MLflowRecorder(experiment_name="rllib_fast-demo", directory=out)
     t0 = time.time()
     summary, plots = [], []
@@ -100,7 +102,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         summary.append(run_task(task, args, out, recorder, curves))
         plots.append(curves.plot(os.path.join(out, f"demo-{task}-learning-curve.png"),
                                  title=f"FastPPO + PBT on {task}"))
-    ray.shutdown()
+    if started:
+        ray.shutdown()
 
     print(f"\nrllib_fast demo finished in {time.time() - t0:.0f} s")
     for s, png in zip(summary, plots):

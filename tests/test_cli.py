@@ -76,6 +76,108 @@ def test_config_validation_error_exit_2(capsys):
     assert "lr" in capsys.readouterr().err
 
 
+def _one_line_no_ray(capsys, *needles):
+    import ray
+
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert n in err, err
+    assert not ray.is_initialized()  # rejected while planning, before Ray started
+    return err
+
+
+def test_misspelled_stop_key_rejected_before_ray(capsys):
+    assert main(["train", "--algo", "FastPPO", "--env", "CartPole", "--stop", '{"training_iteratoin": 2}']) == 2
+    _one_line_no_ray(capsys, "unknown stop key 'training_iteratoin'", "Did you mean 'training_iteration'?",
+                     "Allowed: training_iteration", "env_runners/episode_return_mean")
+    # nested form and file form too; RLlib built-ins still accept their own result groups
+    path = _write_yaml(Path("stop.yaml"), "s:\n  run: FastPPO\n  env: CartPole\n"
+                                          "  stop: {env_runners: {episode_reward_mean: 100}}\n")
+    assert main(["train", "file", path]) == 2
+    _one_line_no_ray(capsys, "'env_runners/episode_reward_mean'")
+    from rllib_fast.tune.stop_keys import stop_key_error
+
+    assert stop_key_error({"env_runners/episode_return_mean": 1, "training_iteration": 2}, True) is None
+    assert stop_key_error({"learners/default_policy/total_loss": 0.1}, False) is None
+    assert stop_key_error({"episode_reward_mean": 1}, False) is not None  # the old API stack's name
+
+
+def test_unknown_top_level_key_rejected_before_ray(capsys):
+    path = _write_yaml(Path("typo.yaml"), "s:\n  run: FastPPO\n  env: CartPole\n  stopp: {training_iteration: 1}\n")
+    assert main(["train", "file", path]) == 2
+    _one_line_no_ray(capsys, "unknown key 'stopp'", "Did you mean 'stop'?")
+
+
+def test_cuda_env_device_without_cuda_fails_at_validation(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["train", "--algo", "FastPPO", "--env", "CartPole", "--config", '{"env_device": "cuda"}']) == 2
+    _one_line_no_ray(capsys, "env_device='cuda'", "no CUDA device", "'auto' or 'cpu'")
+    assert main(["train", "--algo", "FastPPO", "--env", "CartPole",
+                 "--config", '{"env_device": {"grid_search": ["cpu", "cuda:0"]}}']) == 2
+    _one_line_no_ray(capsys, "env_device='cuda:0'")
+    assert main(["train", "--algo", "FastPPO", "--env", "CartPole", "--config", '{"num_gpus_per_learner": 0.5}']) == 2
+    _one_line_no_ray(capsys, "num_gpus_per_learner=0.5")
+    from rllib_fast.tune.session import device_error
+
+    assert device_error({"env_device": "cuda"}, local=False) is None  # a cluster may have GPU nodes
+
+
+def test_local_ray_listens_on_loopback_only(tmp_path):
+    """The console command re-executes itself with Ray's loopback switch; every socket
+    the driver, GCS, raylet and workers listen on is 127.0.0.1 (none on 0.0.0.0/::/eth)."""
+    import time
+
+    import psutil
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    cmd = [sys.executable, "-m", "rllib_fast.cli", "train", "--algo", "FastPPO", "--env", "CartPole",
+           "--config", json.dumps(SMALL), "--stop", '{"training_iteration": 4}', "--no-mlflow", "-q",
+           "--ray-num-cpus", "1", "--checkpoint-at-end", "--storage-path", str(tmp_path / "runs")]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = {}
+    try:
+        while proc.poll() is None:
+            try:
+                procs = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+            except psutil.Error:
+                break
+            for p in procs:
+                try:
+                    for c in p.net_connections(kind="inet"):
+                        if c.status == psutil.CONN_LISTEN:
+                            seen[(p.name(), c.laddr.ip, c.laddr.port)] = True
+                except psutil.Error:
+                    pass
+            time.sleep(0.2)
+        out = proc.communicate(timeout=600)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    names = {name for name, _, _ in seen}
+    assert "gcs_server" in names and "raylet" in names, (seen, out[-2000:])
+    exposed = [k for k in seen if k[1] not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")]
+    assert not exposed, exposed
+
+
+def test_loopback_switch_only_for_local_ray(monkeypatch):
+    from rllib_fast.tune import session
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert not session.wants_cluster(["train", "--algo", "X"])
+    assert session.wants_cluster(["sweep", "f.yaml", "--address", "auto"])
+    assert session.wants_cluster(["train", "--ray-address=10.0.0.1:6379"])
+    assert not session.wants_cluster(["sweep", "f.yaml", "--address", "local"])
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    assert not session.wants_cluster([])
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    assert session.wants_cluster([])
+
+
 def test_list(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out

@@ -145,3 +145,18 @@ def test_onnx_file_needs_only_onnxruntime(ppo_checkpoint, tmp_path):
     obs = np.zeros((3, 4), dtype=np.float32)
     (actions,) = session.run(["actions"], {"obs": obs})
     assert actions.shape == (3,) and actions.dtype == np.int64
+
+
+def test_cli_export(ppo_checkpoint, tmp_path, capsys):
+    from rllib_fast.cli import main
+
+    for fmt, run in (("onnx", _run_onnx), ("torchscript", _run_torchscript)):
+        out = tmp_path / f"cli.{fmt}"
+        assert main(["export", ppo_checkpoint, "--format", fmt, "--out", str(out)]) == 0
+        assert str(out) in capsys.readouterr().out
+        reference = export_checkpoint(ppo_checkpoint, format=fmt, out=tmp_path / f"api.{fmt}")
+        obs = torch.randn(16, 4) * 3
+        _check(run(out, obs), run(reference, obs), True)
+    assert main(["export", ppo_checkpoint, "--member", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "population" in err

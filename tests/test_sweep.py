@@ -114,6 +114,29 @@ def test_bad_sweep_file_one_line_exit_2(tmp_path, capsys):
     assert main(["sweep", str(tmp_path / "none.yaml"), "--resume"]) == 2
 
 
+def test_pbt_mutation_key_and_dashboard_checked_before_ray(tmp_path, capsys):
+    import ray
+
+    f = tmp_path / "pbt.yaml"
+    f.write_text("s:\n  run: FastPPO\n  env: CartPole\n  config: {lr: 1.0e-3}\n"
+                 "  scheduler: {type: pbt, hyperparam_mutations: {clip_parm: [0.1, 0.2]}}\n")
+    assert main(["sweep", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "hyperparam_mutations key 'clip_parm' is not a hyperparameter of FastPPO" in err[0]
+    assert "Did you mean 'clip_param'?" in err[0] and "Allowed:" in err[0] and not ray.is_initialized()
+    with pytest.raises(sw.SweepError, match="'lrr'"):
+        sw.check_mutation_keys({"lrr": [1e-3]}, "PPO")  # RLlib built-ins: their config keys
+    sw.check_mutation_keys({"lr": [1e-3], "clip_param": [0.2]}, "PPO")
+    from rllib_fast.tune.session import dashboard_missing
+
+    if dashboard_missing() is None:
+        pytest.skip("ray[default] is installed here: the dashboard would start")
+    f.write_text("s:\n  run: FastPPO\n  env: CartPole\n  config: {lr: 1.0e-3}\n")
+    assert main(["sweep", str(f), "--dashboard"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'ray[default]'" in err[0] and not ray.is_initialized()
+
+
 TINY_PBT = """\
 tiny-pbt:
     run: FastPPO

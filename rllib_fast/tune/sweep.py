@@ -44,6 +44,8 @@ import copy
 import os
 from typing import Any, Dict, List, Mapping, Optional
 
+from .session import init_ray  # noqa: F401  (public here too: sweep.init_ray)
+
 RETURN_KEY = "env_runners/episode_return_mean"
 
 #: YAML search-space forms ``{name: [args...]}`` -> ``ray.tune`` sampler name.
@@ -233,6 +235,9 @@ def split_sweep_keys(raw: Mapping[str, Any], where: str, gpus_available: float =
         if "max_failures" in extra or "max_failures" in failure:
             raw["max_failures"] = int(extra.get("max_failures", failure.get("max_failures", 0)))
         kw: Dict[str, Any] = {}
+        sched = extra.get("scheduler")
+        if isinstance(sched, Mapping) and isinstance(sched.get("hyperparam_mutations"), Mapping):
+            check_mutation_keys(sched["hyperparam_mutations"], raw.get("run") or raw.get("algo"))
         if extra.get("scheduler") is not None:
             kw["scheduler"] = make_scheduler(extra["scheduler"])
         if extra.get("search") is not None:
@@ -248,6 +253,42 @@ def split_sweep_keys(raw: Mapping[str, Any], where: str, gpus_available: float =
         kw.setdefault("metric", RETURN_KEY)
         kw.setdefault("mode", "max")
     return raw, kw
+
+
+def mutable_keys(algo: Any) -> List[str]:
+    """Config keys PBT may mutate for ``algo`` (a name or class): an rllib_fast
+    algorithm's declared hyperparameters (``hyperparameter_spec()``), else the keys
+    of the algorithm's RLlib config."""
+    from ..core.algorithm import FastAlgorithm
+
+    if isinstance(algo, str):
+        from ..cli import UsageError, resolve_algorithm
+
+        try:
+            algo = resolve_algorithm(algo)
+        except UsageError:
+            return []  # the unknown algorithm is reported on its own
+    if isinstance(algo, type) and issubclass(algo, FastAlgorithm):
+        return sorted(algo.get_default_config().hyperparameter_spec())
+    get_config = getattr(algo, "get_default_config", None)
+    return sorted(k for k in get_config().to_dict() if not k.startswith("_")) if get_config else []
+
+
+def check_mutation_keys(mutations: Mapping[str, Any], algo: Any) -> None:
+    """Raise :class:`SweepError` (one line) for a PBT ``hyperparam_mutations`` key that
+    is not a hyperparameter of ``algo`` -- before Ray starts, not in every trial."""
+    allowed = mutable_keys(algo)
+    if not allowed:
+        return
+    for key in mutations:
+        if key not in allowed:
+            import difflib
+
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            name = algo if isinstance(algo, str) else getattr(algo, "__name__", algo)
+            raise SweepError(f"scheduler pbt: hyperparam_mutations key {key!r} is not a hyperparameter of "
+                             f"{name}.{hint} Allowed: {', '.join(allowed)}")
 
 
 def load_sweeps(path: str, args, gpus_available: float = 0.0) -> List[Sweep]:
@@ -300,39 +341,6 @@ def build_tuner(sweep: Sweep, callbacks: Optional[list] = None, *, verbose: int 
     return tune.Tuner(sweep.run, param_space=sweep.param_space, tune_config=tune_config, run_config=run_config)
 
 
-def init_ray(address: Optional[str] = None, *, num_cpus: Optional[int] = None, num_gpus: Optional[int] = None,
-             dashboard: bool = False, dashboard_host: str = "127.0.0.1", log_to_driver: bool = False) -> bool:
-    """``ray.init`` for a sweep (True if this call started/connected Ray).
-
-    The dashboard is off unless asked for, and then binds to ``dashboard_host``
-    (loopback by default): it executes jobs for whoever can reach it."""
-    import ray
-
-    from ..cli import ensure_registered
-
-    started = False
-    if not ray.is_initialized():
-        kwargs: Dict[str, Any] = {"include_dashboard": dashboard, "log_to_driver": log_to_driver}
-        if dashboard:
-            kwargs["dashboard_host"] = dashboard_host
-        if address:
-            kwargs["address"] = address
-        else:
-            # A new local Ray of our own unless the user names a cluster (`--address
-            # auto|HOST:PORT` or RAY_ADDRESS): plain ray.init() would silently join any
-            # cluster a `ray start` left on this machine.
-            if not os.environ.get("RAY_ADDRESS"):
-                kwargs["address"] = "local"
-            if num_cpus is not None:
-                kwargs["num_cpus"] = num_cpus
-            if num_gpus is not None:
-                kwargs["num_gpus"] = num_gpus
-        ray.init(**kwargs)
-        started = True
-    ensure_registered()
-    return started
-
-
 def run_sweep(args) -> int:
     """The ``sweep`` subcommand: load, (re)start every experiment of the file, summarise."""
     import ray
@@ -341,13 +349,20 @@ def run_sweep(args) -> int:
     from .. import cli
     from .mlflow import MLflowRecorder, default_tracking_uri
     from .plots import CurveCollector
+    from .session import dashboard_missing
 
     sweeps = load_sweeps(args.file, args)  # validate everything before starting Ray
     if args.resume:
         for sweep in sweeps:
             if not os.path.isdir(sweep.path):
                 raise cli.UsageError(f"--resume: no sweep to resume at {sweep.path}")
+    cli.check_devices({sweep.name: {"config": sweep.param_space} for sweep in sweeps}, args)
     address = getattr(args, "address", None) or args.ray_address
+    if getattr(args, "dashboard", False):
+        missing = dashboard_missing()
+        if missing:
+            raise cli.UsageError(f"--dashboard needs the Ray dashboard packages: pip install 'ray[default]' "
+                                 f"(missing: {missing})")
     started = init_ray(address, num_cpus=args.ray_num_cpus, num_gpus=args.ray_num_gpus,
                        dashboard=getattr(args, "dashboard", False),
                        dashboard_host=getattr(args, "dashboard_host", "127.0.0.1"), log_to_driver=args.verbose >= 1)

@@ -1,0 +1,176 @@
+"""Starting Ray for the command line, sweeps and the demo: one ``init_ray`` for all three.
+
+Why a module of its own: the CLI, ``rllib-fast sweep`` and the demo all start a
+*local* Ray of their own unless given a cluster address, and all must leave it
+reachable from this machine only.
+
+Loopback: Ray 2.60's servers (GCS, raylet, core workers, object manager) bind
+127.0.0.1 only when the node IP is exactly ``127.0.0.1``; otherwise they
+listen on every interface. ``ray.init(_node_ip_address="127.0.0.1")`` does
+not get there (``resolve_ip_for_localhost`` turns it into the machine's
+address). What does is Ray's own switch ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+(``ray_constants.ENABLE_RAY_CLUSTER``), which makes ``get_node_ip_address()``
+answer 127.0.0.1 -- it is read once, when ``ray`` is first imported. It
+must therefore be in the environment before ray is imported, and only when no
+cluster address is given (``--address``/``--ray-address``/``RAY_ADDRESS``): a driver that joins a
+cluster must be reachable by it.
+
+``import rllib_fast`` imports ray (it registers our names with Tune), so by
+the time the console entry point runs, the switch was read. The console
+commands that start a local Ray therefore re-execute themselves once with
+the switch set (:func:`reexec_for_loopback`: one more interpreter start, no
+change to Ray's code). A process that imported ray earlier and is not a
+console command (a notebook, a test calling ``cli.main([...])``) keeps
+Ray's default; :func:`loopback_effective` tells which case applies.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+logger = logging.getLogger(__name__)
+
+#: Ray's environment switch that makes a local node use 127.0.0.1 as its IP (read at ``import ray``).
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+#: Command-line flags that name a Ray cluster (then Ray keeps its network defaults).
+ADDRESS_FLAGS = ("--address", "--ray-address")
+
+
+def names_cluster(address: Optional[str]) -> bool:
+    """True when ``address`` (a flag's value or ``RAY_ADDRESS``) is a cluster to join,
+    not ``local``/empty (a new local Ray)."""
+    return bool(address) and str(address).strip().lower() != "local"
+
+
+def wants_cluster(argv: Sequence[str] = ()) -> bool:
+    """True when ``argv`` (``--address``/``--ray-address``) or ``RAY_ADDRESS`` names a Ray cluster to join."""
+    if names_cluster(os.environ.get("RAY_ADDRESS")):
+        return True
+    for i, a in enumerate(argv):
+        if a in ADDRESS_FLAGS:
+            return names_cluster(argv[i + 1] if i + 1 < len(argv) else None)
+        if a.startswith(tuple(f + "=" for f in ADDRESS_FLAGS)):
+            return names_cluster(a.split("=", 1)[1])
+    return False
+
+
+def loopback_effective() -> bool:
+    """Whether a local Ray started now would bind 127.0.0.1 only."""
+    if "ray" not in sys.modules:
+        return os.environ.get(LOOPBACK_ENV, "").lower() in ("0", "false")
+    from ray._private import ray_constants
+
+    return not ray_constants.ENABLE_RAY_CLUSTER
+
+
+def reexec_for_loopback(module: str, argv: Sequence[str], extra_env: Optional[Mapping[str, str]] = None) -> None:
+    """Replace this process by ``python -m module argv`` with the loopback switch
+    set, when a local Ray started here would otherwise listen on every interface.
+
+    Returns (does nothing) when a cluster is named, when loopback already holds,
+    or when the user set the switch themselves (either value: theirs wins, and
+    it also stops a second re-exec)."""
+    if wants_cluster(argv) or loopback_effective() or LOOPBACK_ENV in os.environ:
+        return
+    env = dict(os.environ, **dict(extra_env or {}), **{LOOPBACK_ENV: "0"})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
+
+
+def device_error(config: Mapping[str, Any], local: bool = True) -> Optional[str]:
+    """One-line message when ``config`` asks for a GPU this machine cannot give, else None.
+
+    Why here, before Ray starts: Tune queues a trial that asks for a GPU until
+    one appears, so ``env_device: cuda`` on a CPU-only machine waits forever
+    instead of failing. Only checked for a local Ray (``local``): on a cluster
+    the trials may run on GPU nodes the driver's machine lacks. ``grid_search``
+    values are checked one by one; search-space objects are skipped.
+    """
+    if not local:
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+
+    def values(v):
+        if isinstance(v, Mapping) and set(v) == {"grid_search"}:
+            return list(v["grid_search"])
+        return [v]
+
+    for dev in values(config.get("env_device")):
+        if isinstance(dev, str) and dev.strip().lower().startswith("cuda"):
+            return (f"env_device={dev!r} but torch sees no CUDA device on this machine "
+                    "(Tune would wait forever for a GPU); allowed here: 'auto' or 'cpu'")
+    for gpus in values(config.get("num_gpus_per_learner")):
+        if isinstance(gpus, (int, float)) and not isinstance(gpus, bool) and gpus > 0:
+            return (f"num_gpus_per_learner={gpus} but torch sees no CUDA device on this machine "
+                    "(Tune would wait forever for a GPU); allowed here: 0")
+    return None
+
+
+def ensure_registered() -> None:
+    """Register our names in the current Ray session (Tune's registry lives
+    in the cluster, per job; ``register()`` checks it and re-registers)."""
+    import rllib_fast
+
+    rllib_fast.register()
+
+
+def dashboard_missing() -> Optional[str]:
+    """Why the Ray dashboard cannot start here (``ray[default]`` not installed), or None."""
+    try:
+        from ray._private.utils import get_dashboard_dependency_error
+
+        err = get_dashboard_dependency_error()
+    except ImportError:  # pragma: no cover - other Ray layouts
+        try:
+            import aiohttp  # noqa: F401
+            err = None
+        except ImportError as e:
+            err = e
+    return None if err is None else f"{err}"
+
+
+def init_ray(address: Optional[str] = None, *, num_cpus: Optional[int] = None, num_gpus: Optional[int] = None,
+             dashboard: bool = False, dashboard_host: str = "127.0.0.1", log_to_driver: bool = False) -> bool:
+    """``ray.init`` for a run (True if this call started/connected Ray; False if Ray was up).
+
+    Without ``address`` (and without ``RAY_ADDRESS``) this starts a new local Ray
+    of our own -- plain ``ray.init()`` would silently join any cluster a
+    ``ray start`` left on this machine -- bound to loopback where
+    :func:`reexec_for_loopback` could arrange it. The dashboard is off unless asked
+    for, and then binds to ``dashboard_host`` (loopback by default): it
+    executes jobs for whoever can reach it.
+    """
+    if dashboard:
+        missing = dashboard_missing()
+        if missing:
+            raise RuntimeError("--dashboard needs the Ray dashboard packages: pip install 'ray[default]' "
+                               f"(missing: {missing})")
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        kwargs: Dict[str, Any] = {"include_dashboard": dashboard, "log_to_driver": log_to_driver}
+        if dashboard:
+            kwargs["dashboard_host"] = dashboard_host
+        if address:
+            kwargs["address"] = address
+        else:
+            if not os.environ.get("RAY_ADDRESS"):
+                kwargs["address"] = "local"
+                if not loopback_effective():
+                    logger.info("ray was imported before rllib_fast could ask for a loopback-only Ray; "
+                                "set %s=0 before importing ray for that", LOOPBACK_ENV)
+            if num_cpus is not None:
+                kwargs["num_cpus"] = num_cpus
+            if num_gpus is not None:
+                kwargs["num_gpus"] = num_gpus
+        ray.init(**kwargs)
+        started = True
+    ensure_registered()
+    return started
