@@ -114,6 +114,19 @@ def test_bad_sweep_file_one_line_exit_2(tmp_path, capsys):
     assert main(["sweep", str(tmp_path / "none.yaml"), "--resume"]) == 2
 
 
+def test_rerun_into_existing_sweep_folder_refused(tmp_path, capsys):
+    import ray
+
+    f = tmp_path / "s.yaml"
+    f.write_text("s:\n  run: FastPPO\n  env: CartPole\n  config: {lr: 1.0e-3}\n")
+    (tmp_path / "runs" / "s").mkdir(parents=True)
+    (tmp_path / "runs" / "s" / "tuner.pkl").write_bytes(b"an earlier sweep")
+    assert main(["sweep", str(f), "--storage-path", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already holds sweep 's': use --resume or a new name" in err[0], err
+    assert not ray.is_initialized()
+
+
 def test_pbt_mutation_key_and_dashboard_checked_before_ray(tmp_path, capsys):
     import ray
 

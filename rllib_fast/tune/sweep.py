@@ -352,10 +352,14 @@ def run_sweep(args) -> int:
     from .session import dashboard_missing
 
     sweeps = load_sweeps(args.file, args)  # validate everything before starting Ray
-    if args.resume:
-        for sweep in sweeps:
-            if not os.path.isdir(sweep.path):
-                raise cli.UsageError(f"--resume: no sweep to resume at {sweep.path}")
+    for sweep in sweeps:
+        if args.resume and not os.path.isdir(sweep.path):
+            raise cli.UsageError(f"--resume: no sweep to resume at {sweep.path}")
+        if not args.resume and os.path.isdir(sweep.path) and os.listdir(sweep.path):
+            # A second Tuner in the same folder mixes two sweeps' trials (and MLflow nests the
+            # new runs under the old parent): refuse, the user picks one or the other.
+            raise cli.UsageError(f"{sweep.path} already holds sweep {sweep.name!r}: use --resume or a new name "
+                                 "(--name NAME or --storage-path DIR)")
     cli.check_devices({sweep.name: {"config": sweep.param_space} for sweep in sweeps}, args)
     address = getattr(args, "address", None) or args.ray_address
     if getattr(args, "dashboard", False):
