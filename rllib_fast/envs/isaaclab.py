@@ -1,5 +1,12 @@
 """Isaac Lab RL envs as tensor vector envs: ``isaaclab:<task id>``.
 
+The adapter class is shared with mjlab (``mjlab:<task id>``,
+:mod:`rllib_fast.envs.mjlab`), which implements Isaac Lab's manager-based API on
+MuJoCo Warp: the step signature is the same; the observation groups are named
+``actor``/``critic`` there instead of ``policy``/``critic``, and mjlab can leave
+ended envs un-reset (``auto_reset=False``) so the adapter resets them itself and
+``final_obs`` is the true terminal observation (``reset_done=True``).
+
 Isaac Lab's ``ManagerBasedRLEnv`` and ``DirectRLEnv`` are already batched on one
 device and return ``(obs, reward, terminated, time_outs, extras)``. What the
 adapter (:class:`IsaacLabVecEnv`) handles:
@@ -21,7 +28,8 @@ adapter (:class:`IsaacLabVecEnv`) handles:
 * **observations**: ``obs["policy"]`` is the observation; ``obs["critic"]`` (the
   asymmetric critic input, when the task defines it) is ``Step.extras["states"]``,
   ``env.states`` and ``env.single_state_space`` -- the same names as the Isaac Gym
-  adapter. ``extras["log"]`` (episode statistics of the envs reset in that step,
+  adapter; ``Step.extras["final_states"]`` are the states that go with
+  ``final_obs``. ``extras["log"]`` (episode statistics of the envs reset in that step,
   scalars) is ``env.last_log`` (copies; empty on steps without resets):
   ``Step.extras`` holds per-env ``[N, ...]`` tensors only.
 * **clipping**: optional ``clip_obs``/``clip_actions`` (Isaac Lab's rl_games
@@ -51,41 +59,80 @@ from .base import Step, TensorVecEnv, canonical_device, check_num_envs
 from .isaacgym import to_gymnasium_space
 from .registry import register_prefix
 
-__all__ = ["IsaacLabVecEnv", "make_isaaclab", "IsaacLabNotInstalledError"]
+__all__ = ["IsaacLabVecEnv", "make_isaaclab", "IsaacLabNotInstalledError", "set_path"]
 
 
 class IsaacLabNotInstalledError(ImportError):
     """Isaac Lab / Isaac Sim cannot be imported."""
 
 
-def _policy_space(space: Any) -> Any:
-    if isinstance(space, gym.spaces.Dict):
-        return space.spaces["policy"], space.spaces.get("critic")
+def _group_spaces(space: Any, policy_group: str, critic_group: str):
+    """(policy space, critic space or None) of a Dict observation space: a
+    gymnasium Dict (Isaac Lab) or mjlab's own ``Dict`` (anything with ``.spaces``)."""
+    spaces = getattr(space, "spaces", None)
+    if isinstance(spaces, dict):
+        if policy_group not in spaces:
+            raise ValueError(f"observation group {policy_group!r} missing; the env has groups {sorted(spaces)}")
+        return spaces[policy_group], spaces.get(critic_group)
     return space, None
 
 
-class IsaacLabVecEnv(TensorVecEnv):
-    """An Isaac Lab ``ManagerBasedRLEnv``/``DirectRLEnv`` (unwrapped) as a ``TensorVecEnv``."""
+def _box(space: Any, clip: Optional[float]) -> gym.Space:
+    """A Box-like space as a float32 gymnasium Box; scalar bounds (mjlab's
+    ``Box(shape=..., low=-inf)``) are broadcast to the space's shape."""
+    shape = getattr(space, "shape", None)
+    if shape is not None and hasattr(space, "low") and np.ndim(space.low) == 0 and tuple(shape) != ():
+        low = np.full(tuple(shape), float(space.low), dtype=np.float32)
+        high = np.full(tuple(shape), float(space.high), dtype=np.float32)
+        if clip is not None:
+            low, high = np.maximum(low, -clip), np.minimum(high, clip)
+        return gym.spaces.Box(low=low, high=high, dtype=np.float32)
+    return to_gymnasium_space(space, clip=clip)
 
-    def __init__(self, env: Any, clip_obs: Optional[float] = None, clip_actions: Optional[float] = None):
+
+def _bounded(space: gym.Space) -> bool:
+    return not isinstance(space, gym.spaces.Box) or bool(
+        np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high)))
+
+
+class IsaacLabVecEnv(TensorVecEnv):
+    """A manager-based/direct RL env (Isaac Lab, or mjlab through
+    :class:`~rllib_fast.envs.mjlab.MjlabVecEnv`) as a ``TensorVecEnv``.
+
+    Both libraries share one step signature ``(obs groups, reward, terminated,
+    time_outs, extras)``; they differ in the names of the observation groups
+    (``policy_group``/``critic_group``) and in whether the env resets ended
+    envs itself. ``reset_done=True`` is for an env built with auto-reset off
+    (mjlab's ``cfg.auto_reset=False``): its step returns the true terminal
+    observation and this adapter resets the ended envs (``env.reset(env_ids=)``),
+    so ``final_obs`` is exact instead of the same-step approximation.
+    ``default_clip_actions`` bounds an unbounded action space when
+    ``clip_actions`` is not given (policies need finite bounds).
+    """
+
+    def __init__(self, env: Any, clip_obs: Optional[float] = None, clip_actions: Optional[float] = None, *,
+                 policy_group: str = "policy", critic_group: str = "critic", reset_done: bool = False,
+                 default_clip_actions: float = 1.0, use_critic_group: bool = True):
         self.env = env
         base = getattr(env, "unwrapped", env)
         self._base = base
         self.num_envs = check_num_envs(base.num_envs)
         self.device = canonical_device(base.device)
+        self._policy_group, self._critic_group = policy_group, critic_group
+        self._reset_done = bool(reset_done)
         self._clip_obs = None if clip_obs is None or not np.isfinite(clip_obs) else float(clip_obs)
         self._clip_actions = (None if clip_actions is None or not np.isfinite(clip_actions)
                               else float(clip_actions))
-        policy, critic = _policy_space(base.single_observation_space)
-        self.single_observation_space = to_gymnasium_space(policy, clip=self._clip_obs)
-        self.single_state_space = (to_gymnasium_space(critic, clip=self._clip_obs)
-                                   if critic is not None else None)
+        policy, critic = _group_spaces(base.single_observation_space, policy_group, critic_group)
+        if not use_critic_group:
+            critic = None
+        self.single_observation_space = _box(policy, self._clip_obs)
+        self.single_state_space = _box(critic, self._clip_obs) if critic is not None else None
         act = base.single_action_space
-        if isinstance(act, gym.spaces.Box) and self._clip_actions is None and \
-                not (np.all(np.isfinite(act.low)) and np.all(np.isfinite(act.high))):
-            self._clip_actions = 1.0  # Isaac Lab's rl_games configs: clip_actions 1.0 (tasks scale actions)
-        if isinstance(act, gym.spaces.Box) and self._clip_actions is not None:
-            act = to_gymnasium_space(act, clip=self._clip_actions)
+        if hasattr(act, "low") and self._clip_actions is None and not _bounded(_box(act, None)):
+            self._clip_actions = float(default_clip_actions)
+        if hasattr(act, "low"):
+            act = _box(act, self._clip_actions)
         self.single_action_space = act
         mel = getattr(base, "max_episode_length", None)
         self.max_episode_steps = int(mel) if mel is not None else None
@@ -95,44 +142,55 @@ class IsaacLabVecEnv(TensorVecEnv):
         self.last_log: Dict[str, Any] = {}
 
     def _own(self, t: torch.Tensor, prev: Optional[torch.Tensor]) -> torch.Tensor:
-        """Isaac Lab computes observations into fresh tensors; copy only when one
-        shares storage with what we returned last step (a reused buffer)."""
+        """Both libraries compute observations into fresh tensors; copy only when
+        one shares storage with what we returned last step (a reused buffer)."""
         if t.device != self.device or t.dtype != torch.float32 or (
                 prev is not None and t.untyped_storage().data_ptr() == prev.untyped_storage().data_ptr()):
             return t.to(self.device, torch.float32, copy=True)
         return t
 
-    def _split(self, obs: Any, first: bool = False) -> torch.Tensor:
+    def _groups(self, obs: Any, first: bool = False):
+        """(policy obs, critic states or None), owned, float32 and clipped."""
         if isinstance(obs, dict):
-            policy, critic = obs["policy"], obs.get("critic")
+            policy, critic = obs[self._policy_group], obs.get(self._critic_group)
         else:
             policy, critic = obs, None
+        if self.single_state_space is None:
+            critic = None
         if first:  # nothing to compare with yet: own the first observation outright
             policy = policy.to(self.device, torch.float32, copy=True)
             critic = None if critic is None else critic.to(self.device, torch.float32, copy=True)
         policy = self._own(policy, self._obs)
         if self._clip_obs is not None:
             policy = policy.clamp(-self._clip_obs, self._clip_obs)
-        if critic is not None and self.single_state_space is not None:
+        if critic is not None:
             critic = self._own(critic, self.states)
             if self._clip_obs is not None:
                 critic = critic.clamp(-self._clip_obs, self._clip_obs)
-            self.states = critic
-        return policy
+        return policy, critic
 
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
         out = self.env.reset(seed=seed)
         obs = out[0] if isinstance(out, tuple) else out
         self._obs = None
-        self._obs = self._split(obs, first=True)
+        self._obs, states = self._groups(obs, first=True)
+        if states is not None:
+            self.states = states
         return self._obs
+
+    @staticmethod
+    def _copy_log(extras: Any) -> Dict[str, Any]:
+        log = extras.get("log") if isinstance(extras, dict) else None
+        if not isinstance(log, dict):
+            return {}
+        return {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in log.items()}
 
     def step(self, actions: torch.Tensor) -> Step:
         if self._clip_actions is not None:
             actions = actions.clamp(-self._clip_actions, self._clip_actions)
         obs, rew, terminated, time_outs, extras = self.env.step(actions.to(self.device))
-        prev = self._obs
-        new_obs = self._split(obs)
+        prev, prev_states = self._obs, self.states
+        new_obs, new_states = self._groups(obs)
         terminated = terminated.to(self.device, torch.bool, copy=True)
         if self._finite_horizon:
             terminated |= time_outs.to(self.device, torch.bool)
@@ -141,16 +199,32 @@ class IsaacLabVecEnv(TensorVecEnv):
             truncated = time_outs.to(self.device, torch.bool) > terminated  # time_outs & ~terminated, one op
         done = terminated | truncated
         reward = rew.to(self.device, torch.float32, copy=True)
-        final_obs = new_obs if prev is None else torch.where(done.unsqueeze(-1), prev, new_obs)
-        out_extras: Dict[str, torch.Tensor] = {}
-        if self.states is not None:
-            out_extras["states"] = self.states
-        log = extras.get("log") if isinstance(extras, dict) else None
-        if isinstance(log, dict):  # episode statistics of the envs reset this step (scalars)
-            self.last_log = {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v)
-                             for k, v in log.items()}
+        self.last_log = self._copy_log(extras)
+        if self._reset_done:
+            # The step's observation is the true terminal one: it is final_obs, and the
+            # ended envs are reset here. One host sync (the env's own step already makes
+            # one to find its done envs); the reset observation replaces only ended rows.
+            final_obs, final_states = new_obs, new_states
+            if bool(done.any()):
+                reset_obs, reset_extras = self.env.reset(env_ids=done.nonzero().squeeze(-1))
+                self.last_log = self._copy_log(reset_extras)
+                r_obs, r_states = self._groups(reset_obs)
+                mask = done.unsqueeze(-1)
+                new_obs = torch.where(mask, r_obs, final_obs)
+                if new_states is not None:
+                    new_states = torch.where(mask, r_states, final_states)
         else:
-            self.last_log = {}
+            # Same-step reset: the terminal observation is gone; the ended rows keep
+            # the observation (and states) the action was taken from.
+            final_obs = new_obs if prev is None else torch.where(done.unsqueeze(-1), prev, new_obs)
+            final_states = new_states
+            if new_states is not None and prev_states is not None:
+                final_states = torch.where(done.unsqueeze(-1), prev_states, new_states)
+        out_extras: Dict[str, torch.Tensor] = {}
+        if new_states is not None:
+            self.states = new_states
+            out_extras["states"] = new_states
+            out_extras["final_states"] = final_states
         self._obs = new_obs
         return Step(obs=new_obs, reward=reward, terminated=terminated, truncated=truncated,
                     final_obs=final_obs, valid=None, extras=out_extras)
@@ -184,13 +258,18 @@ def _launch_app(headless: bool, device: str, app_kwargs: Optional[Dict[str, Any]
     _APP = AppLauncher(headless=headless, device=device, **(app_kwargs or {})).app
 
 
-def _set_path(obj: Any, dotted: str, value: Any) -> None:
+def set_path(obj: Any, dotted: str, value: Any, strict: bool = False) -> None:
+    """Set ``a.b.c`` on a config object (dict levels by key). ``strict``: the
+    last attribute must already exist on an object (a typo is an error, not a
+    silently ignored new attribute); dict levels may gain keys."""
     *parents, last = dotted.split(".")
     for p in parents:
         obj = obj[p] if isinstance(obj, dict) else getattr(obj, p)
     if isinstance(obj, dict):
         obj[last] = value
     else:
+        if strict and not hasattr(obj, last):
+            raise AttributeError(f"{type(obj).__name__} has no attribute {last!r}")
         setattr(obj, last, value)
 
 
@@ -224,7 +303,7 @@ def make_isaaclab(task_id: str, num_envs: int = 1, device: Any = "cpu", seed: Op
                 raise ValueError(f"isaaclab: pass `cfg` (an env config object) for {cls.__name__}")
             overrides, cfg = dict(cfg or {}), cfg_cls()
             for k, v in overrides.items():
-                _set_path(cfg, k, v)
+                set_path(cfg, k, v)
         cfg.num_envs = num_envs
         cfg.seed = seed
         cfg.sim.device = dev
@@ -236,7 +315,7 @@ def make_isaaclab(task_id: str, num_envs: int = 1, device: Any = "cpu", seed: Op
     env_cfg = parse_env_cfg(task_id, device=dev, num_envs=num_envs)
     env_cfg.seed = seed
     for k, v in dict(cfg or {}).items():
-        _set_path(env_cfg, k, v)
+        set_path(env_cfg, k, v)
     return IsaacLabVecEnv(gym.make(task_id, cfg=env_cfg).unwrapped, clip_obs=clip_obs,
                           clip_actions=clip_actions)
 

@@ -12,8 +12,9 @@ Names (part of the public interface):
 * simulator sources under their own prefixes (each imports its simulator only
   inside the creator): ``envpool:<id>`` (e.g. ``envpool:Ant-v4``,
   ``envpool:Pong-v5``; ``mujoco``/``envpool`` extra), ``isaacgym:<Task>``
-  (IsaacGymEnvs, process-isolated by default) and ``isaaclab:<Task>`` (Isaac Lab
-  gym ids, e.g. ``isaaclab:Isaac-Ant-Direct-v0``); see ``docs/sources.md``.
+  (IsaacGymEnvs, process-isolated by default), ``isaaclab:<Task>`` (Isaac Lab
+  gym ids, e.g. ``isaaclab:Isaac-Ant-Direct-v0``) and ``mjlab:<task id>``
+  (e.g. ``mjlab:Mjlab-Cartpole-Balance``; ``mjlab`` extra); see ``docs/sources.md``.
 
 Every creator takes ``(num_envs, device, seed, **task_kwargs)`` and returns a
 :class:`~rllib_fast.envs.base.TensorVecEnv`. The same names are registered with
@@ -135,3 +136,4 @@ def _ensure_builtin_sources() -> None:
     from . import envpool as _envpool  # noqa: F401  (registers the envpool: prefix)
     from . import isaacgym as _isaacgym  # noqa: F401  (registers the isaacgym: prefix)
     from . import isaaclab as _isaaclab  # noqa: F401  (registers the isaaclab: prefix)
+    from . import mjlab as _mjlab  # noqa: F401  (registers the mjlab: prefix; mjlab imported in the creator)

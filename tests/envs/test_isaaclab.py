@@ -28,7 +28,8 @@ def test_same_step_reset_time_outs_and_final_obs():
     push = torch.tensor([[1.0, 1.0]]).repeat(8, 1) * (torch.arange(8) % 2 == 0).unsqueeze(-1)
     n_term = n_trunc = 0
     for t in range(90):
-        target_before = env.states[:, 6:8].clone()
+        states_before = env.states.clone()
+        target_before = states_before[:, 6:8]
         s = env.step(push)
         assert s.valid is None  # same-step reset: no straddling transition
         assert not bool((s.terminated & s.truncated).any())
@@ -43,7 +44,10 @@ def test_same_step_reset_time_outs_and_final_obs():
             assert isinstance(env.last_log["Episode_Reward/mean"], torch.Tensor)
         else:
             assert env.last_log == {}
-        assert set(s.extras) == {"states"}
+        assert set(s.extras) == {"states", "final_states"}
+        # final_states go with final_obs: the states the action was taken from for ended envs
+        torch.testing.assert_close(s.extras["final_states"][done], states_before[done])
+        torch.testing.assert_close(s.extras["final_states"][~done], s.extras["states"][~done])
         n_term += int(s.terminated.sum())
         n_trunc += int(s.truncated.sum())
         obs = s.obs

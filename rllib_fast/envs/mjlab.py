@@ -1,0 +1,149 @@
+"""mjlab tasks as tensor vector envs: ``mjlab:<task id>``.
+
+mjlab implements Isaac Lab's manager-based RL API on MuJoCo Warp, so the
+adapter is the Isaac Lab one (:class:`~rllib_fast.envs.isaaclab.IsaacLabVecEnv`)
+with mjlab's observation group names and exact terminal observations:
+
+* **final_obs is the true terminal observation.** With its default
+  ``auto_reset=True`` mjlab resets ended envs inside ``step`` and the terminal
+  observation is lost. The env is built with ``cfg.auto_reset=False`` instead:
+  ``step`` then returns the terminal observation, and the adapter resets the
+  ended envs (``env.reset(env_ids=...)``, mjlab's documented manual path, which
+  fires the same reset events and zero-dt command update as its auto-reset) and
+  puts their first observation into ``Step.obs``. Costs one extra
+  ``sim.forward()`` on steps where some env ended.
+* **groups**: ``actor`` is the observation; ``critic``, when the task defines it
+  *differently* from ``actor`` (Go1: 72 dims with privileged terms vs 48), is the
+  asymmetric critic input: ``Step.extras["states"]``, ``env.states``,
+  ``env.single_state_space``, and ``Step.extras["final_states"]`` (the critic
+  observation at the terminal step). A critic group identical to the actor
+  group (Cartpole) is not exposed.
+* **flags**: ``time_outs`` -> ``truncated``, terminations -> ``terminated``
+  (a time-out is a termination when ``cfg.is_finite_horizon``).
+* **rewards** are passed through unchanged: mjlab scales them by the step
+  duration (``scale_rewards_by_dt``), so returns are in reward-seconds; e.g.
+  Cartpole's per-step reward is at most 1 x 0.05 s over 1000 steps: a maximum
+  return of 50. ``env_config={"cfg": {"scale_rewards_by_dt": False}}`` turns it off.
+* **episode statistics**: ``extras["log"]`` of the reset (per-term episode
+  rewards, termination counts) is ``env.last_log``, as for Isaac Lab.
+* **actions**: mjlab's action space is unbounded. The clip is the value of the
+  task's registered rsl_rl config (``clip_actions``); every task bundled with
+  mjlab 1.6 leaves it None (rsl_rl then does not clip), and policies here need
+  finite bounds, so the fallback is 1.0 (the tasks scale actions themselves).
+
+Creation (``make("mjlab:Mjlab-Cartpole-Balance", num_envs, device, seed,
+cfg={...})``): imports ``mjlab.tasks`` (registers the task ids), deep-copies the
+task's env config (``play=True``: its play config), applies ``cfg`` (dotted
+overrides, e.g. ``{"episode_length_s": 5.0, "sim.mujoco.timestep": 0.005}``;
+dict entries such as ``"terminations.my_term"`` may be added), sets num_envs and
+seed and builds ``ManagerBasedRlEnv`` on ``device``. Or pass ``env``, a built
+``ManagerBasedRlEnv`` (it must have ``auto_reset=False``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from typing import Any, Dict, List, Optional
+
+from .base import canonical_device, check_num_envs
+from .isaaclab import IsaacLabVecEnv, set_path
+from .registry import register_prefix
+
+__all__ = ["MjlabVecEnv", "make_mjlab", "MjlabNotInstalledError", "mjlab_tasks", "DEFAULT_CLIP_ACTIONS"]
+
+DEFAULT_CLIP_ACTIONS = 1.0
+
+
+class MjlabNotInstalledError(ImportError):
+    """mjlab cannot be imported."""
+
+
+def _require_mjlab() -> None:
+    if importlib.util.find_spec("mjlab") is None:
+        raise MjlabNotInstalledError(
+            'mjlab: mjlab is not installed; install it with pip install -e ".[mjlab]" (mjlab==1.6.0)')
+
+
+def mjlab_tasks() -> List[str]:
+    """Registered mjlab task ids ([] when mjlab is not installed)."""
+    if importlib.util.find_spec("mjlab") is None:
+        return []
+    import mjlab.tasks  # noqa: F401  (registers the Mjlab-* ids)
+    from mjlab.tasks.registry import list_tasks
+
+    return list(list_tasks())
+
+
+def _effective_terms(group: Any) -> Dict[str, Any]:
+    """A group's terms as they act: noise dropped when the group disables corruption."""
+    return {name: (t if t is None or group.enable_corruption else dataclasses.replace(t, noise=None))
+            for name, t in group.terms.items()}
+
+
+def critic_differs(cfg: Any, policy_group: str = "actor", critic_group: str = "critic") -> bool:
+    """Whether the critic group gives the critic anything the actor does not see."""
+    groups = getattr(cfg, "observations", {}) or {}
+    actor, critic = groups.get(policy_group), groups.get(critic_group)
+    if critic is None or actor is None:
+        return critic is not None
+    fields = [f.name for f in dataclasses.fields(critic) if f.name not in ("terms", "enable_corruption")]
+    try:
+        return (_effective_terms(actor) != _effective_terms(critic)
+                or any(getattr(actor, f) != getattr(critic, f) for f in fields))
+    except Exception:  # a term config that does not compare (e.g. tensors): treat as different
+        return True
+
+
+class MjlabVecEnv(IsaacLabVecEnv):
+    """An mjlab ``ManagerBasedRlEnv`` built with ``auto_reset=False`` as a ``TensorVecEnv``."""
+
+    def __init__(self, env: Any, clip_obs: Optional[float] = None, clip_actions: Optional[float] = None,
+                 default_clip_actions: float = DEFAULT_CLIP_ACTIONS):
+        base = getattr(env, "unwrapped", env)
+        if getattr(base.cfg, "auto_reset", True):
+            raise ValueError("mjlab: the env must be built with cfg.auto_reset=False (the adapter resets ended "
+                             "envs itself so final_obs is the true terminal observation)")
+        super().__init__(env, clip_obs=clip_obs, clip_actions=clip_actions, policy_group="actor",
+                         critic_group="critic", reset_done=True, default_clip_actions=default_clip_actions,
+                         use_critic_group=critic_differs(base.cfg))
+        self.step_dt = float(base.step_dt)
+
+
+def make_mjlab(task_id: str, num_envs: int = 1, device: Any = "cpu", seed: Optional[int] = None, *,
+               env: Any = None, cfg: Optional[Dict[str, Any]] = None, play: bool = False,
+               clip_obs: Optional[float] = None, clip_actions: Optional[float] = None) -> MjlabVecEnv:
+    """Creator behind ``mjlab:<task id>`` (e.g. ``mjlab:Mjlab-Cartpole-Balance``,
+    ``mjlab:Mjlab-Velocity-Flat-Unitree-Go1``); see the module docstring."""
+    num_envs = check_num_envs(num_envs)
+    if env is not None:
+        if int(getattr(env, "unwrapped", env).num_envs) != num_envs:
+            raise ValueError(f"mjlab: the given env has num_envs={env.unwrapped.num_envs} but "
+                             f"num_envs={num_envs} was requested; they must match")
+        return MjlabVecEnv(env, clip_obs=clip_obs, clip_actions=clip_actions)
+    _require_mjlab()
+    from .isolated import seed_everything
+
+    seed_everything(seed)
+    import mjlab.tasks  # noqa: F401  (registers the Mjlab-* task ids)
+    from mjlab.envs import ManagerBasedRlEnv
+    from mjlab.tasks.registry import list_tasks, load_env_cfg, load_rl_cfg
+
+    tasks = list_tasks()
+    if task_id not in tasks:
+        raise ValueError(f"mjlab: unknown task {task_id!r}; allowed: {', '.join(tasks)}")
+    env_cfg = load_env_cfg(task_id, play=bool(play))
+    for k, v in dict(cfg or {}).items():
+        try:
+            set_path(env_cfg, k, v, strict=True)
+        except (AttributeError, KeyError) as e:
+            raise ValueError(f"mjlab: cannot set env config override {k!r} on {task_id} ({e})") from None
+    env_cfg.scene.num_envs = num_envs
+    env_cfg.seed = seed
+    env_cfg.auto_reset = False
+    if clip_actions is None:
+        clip_actions = getattr(load_rl_cfg(task_id), "clip_actions", None)
+    dev = str(canonical_device(device))
+    return MjlabVecEnv(ManagerBasedRlEnv(env_cfg, device=dev), clip_obs=clip_obs, clip_actions=clip_actions)
+
+
+register_prefix("mjlab", make_mjlab)
