@@ -217,3 +217,148 @@ def test_fastppo_learns_with_an_asymmetric_critic():
         algo.stop()
     assert best >= 35.0
 
+
+# -- PQL family: replay stores states and next states; the critics read them -------------------------
+PQL_FAMILY = ("DDPGN", "SACN", "PQL")
+SMALL = dict(hidden_sizes=[32, 32], batch_size=64, steps_per_iteration=20, learning_starts=64,
+             decorrelate_steps=0)
+
+
+def _pql(name, source, **kw):
+    env, env_config = source
+    training = {k: v for k, v in {**SMALL, **kw}.items() if k in CONFIGS[name]().hyperparameter_spec()}
+    return (CONFIGS[name]().environment(env, num_envs=8, env_config=env_config).training(**training)
+            .debugging(seed=0))
+
+
+@pytest.mark.parametrize("name", PQL_FAMILY)
+@pytest.mark.parametrize("source", [VECTASK, LAB], ids=["isaacgym", "isaaclab"])
+def test_pql_family_critics_read_states(name, source):
+    algo = _pql(name, source).build_algo()
+    try:
+        assert algo.dims.state_dim == STATE_DIM
+        act_dim = algo.dims.act_dim
+        v, p = (algo.v, algo.p)
+        for critic in (v.critic, v.target, p.critic):
+            assert _in_features(critic.q1) == STATE_DIM + act_dim
+        for policy in (algo.actor.policy, v.policy, p.policy):
+            assert _in_features(policy.net) == OBS_DIM
+        assert v.replay.data["states"].shape[-1] == STATE_DIM and v.replay.data["next_states"].shape[-1] == STATE_DIM
+        assert "states" in p.replay.data
+        for _ in range(3):
+            r = algo.train()["learners"]["default_policy"]
+        assert r["num_critic_updates"] > 0 and math.isfinite(r["critic_loss"])
+        assert float(algo.actor.state_rms.count) > 8
+        n = len(v.replay)
+        # stored states are the stand-in's: the last two columns are the target, also in obs (columns 0:2
+        # of states are position = obs 0:2)
+        assert torch.equal(v.replay.data["states"][:n, :2], v.replay.data["obs"][:n, :2])
+        assert algo.get_module().forward_inference({"obs": torch.zeros(2, OBS_DIM)})["actions"].shape == (2, 2)
+    finally:
+        algo.stop()
+
+
+def test_pql_family_false_and_true():
+    algo = _pql("DDPGN", LAB, asymmetric_critic=False).build_algo()
+    try:
+        assert algo.dims.state_dim is None and _in_features(algo.v.critic.q1) == OBS_DIM + 2
+        assert "states" not in algo.v.replay.data
+        algo.train()
+    finally:
+        algo.stop()
+    with pytest.raises(ValueError) as err:
+        CONFIGS["SACN"]().environment("Pendulum", num_envs=4).training(asymmetric_critic=True).build_algo()
+    assert "\n" not in str(err.value) and "`asymmetric_critic` = True" in str(err.value)
+
+
+def test_ddpgn_checkpoint_round_trip_with_states(tmp_path):
+    cfg = _pql("DDPGN", VECTASK, checkpoint_replay=True)
+    algo = cfg.build_algo()
+    try:
+        for _ in range(2):
+            algo.train()
+        algo.save_to_path(str(tmp_path))
+        saved = {"critic": {k: t.clone() for k, t in algo.v.critic.state_dict().items()},
+                 "state_rms": algo.actor.state_rms.mean.clone(), "states": algo.states.clone(),
+                 "window": algo.actor.state_aggregator.buf["obs"].clone(),
+                 "replay": algo.v.replay.data["next_states"][:len(algo.v.replay)].clone()}
+    finally:
+        algo.stop()
+    fresh = cfg.build_algo()
+    try:
+        fresh.restore_from_path(str(tmp_path))
+        for k, t in fresh.v.critic.state_dict().items():
+            assert torch.equal(t, saved["critic"][k]), k
+        assert torch.equal(fresh.actor.state_rms.mean, saved["state_rms"])
+        assert torch.equal(fresh.states, saved["states"])
+        assert torch.equal(fresh.actor.state_aggregator.buf["obs"], saved["window"])
+        assert torch.equal(fresh.v.replay.data["next_states"][:len(fresh.v.replay)], saved["replay"])
+        r = fresh.train()["learners"]["default_policy"]
+        assert math.isfinite(r["critic_loss"])
+    finally:
+        fresh.stop()
+
+
+def test_distributional_critic_reads_states():
+    algo = _pql("DDPGN", LAB, distributional=True, num_atoms=11, v_min=-10.0, v_max=60.0).build_algo()
+    try:
+        assert _in_features(algo.v.critic.q1) == STATE_DIM + 2 and algo.v.critic.q1[-1].out_features == 11
+        for _ in range(3):
+            r = algo.train()["learners"]["default_policy"]
+        assert r["num_critic_updates"] > 0 and math.isfinite(r["critic_loss"])
+    finally:
+        algo.stop()
+
+
+def test_pql_ray_backend_with_states(tmp_path):
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        cfg = _pql("PQL", LAB, backend="ray")
+        algo = cfg.build_algo()
+        try:
+            for _ in range(3):
+                r = algo.train()["learners"]["default_policy"]
+            assert r["num_critic_updates"] > 0 and math.isfinite(r["critic_loss"])
+            critic = algo.backend.get_state("critic", False)["critic"]
+            assert critic["q1.0.weight"].shape[1] == STATE_DIM + 2
+            algo.save_to_path(str(tmp_path))
+        finally:
+            algo.stop()
+        fresh = cfg.build_algo()
+        try:
+            fresh.restore_from_path(str(tmp_path))
+            got = fresh.backend.get_state("critic", False)["critic"]
+            assert all(torch.equal(got[k], critic[k]) for k in critic)
+            fresh.train()
+        finally:
+            fresh.stop()
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def test_pql_learns_with_an_asymmetric_critic():
+    """The PQL stand-in run of tests/envs/test_isaac_algorithms.py with states required."""
+    from rllib_fast.algorithms.pql.tuned import PENDULUM  # small nets for a 2-core CPU
+
+    env, env_config = VECTASK
+    env_config = {**env_config, "cfg": {"env": {"episodeLength": 64}}}
+    kw = {k: v for k, v in PENDULUM.items() if k != "num_envs"}
+    algo = (CONFIGS["PQL"]().environment(env, num_envs=32, env_config=env_config)
+            .training(**{**kw, "steps_per_iteration": 25, "asymmetric_critic": True}).debugging(seed=0)).build_algo()
+    try:
+        assert _in_features(algo.v.critic.q1) == STATE_DIM + 2
+        best = -math.inf
+        for _ in range(40):
+            ret = algo.train()["env_runners"].get("episode_return_mean", math.nan)
+            if ret == ret:
+                best = max(best, ret)
+            if best >= 30.0:   # random policy ~5
+                break
+    finally:
+        algo.stop()
+    assert best >= 30.0

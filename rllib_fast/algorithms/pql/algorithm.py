@@ -25,6 +25,7 @@ from ray.tune.execution.placement_groups import PlacementGroupFactory
 from ...core.algorithm import FastAlgorithm
 from ...core.ratio import RatioController
 from ...core.state import StateAdapter
+from ..asymmetric import current_states, final_states, state_dim, step_states
 from .components import ActorRole, CriticLearner, Dims, LiveParams, PolicyLearner, make_critic
 from .config import DDPGNConfig, PQLConfig, SACNConfig
 from .nets import load_snapshot, snapshot
@@ -44,9 +45,12 @@ class _PQLFamily(FastAlgorithm):
         space = env.single_action_space
         if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             raise TypeError(f"{type(self).__name__} needs a bounded action space; env {cfg.env!r} has {space}")
-        self.dims = Dims(int(np.prod(env.obs_shape)), int(np.prod(space.shape)))
+        # asymmetric actor-critic: the critics read the source's states, the policy the observation
+        self.dims = Dims(int(np.prod(env.obs_shape)), int(np.prod(space.shape)),
+                         state_dim(cfg, env, type(self).__name__))
+        self.states = current_states(env) if self.dims.state_dim is not None else None
         self.live = LiveParams.from_config(cfg, self.configured_lr())
-        self.capacity = cfg.resolved_buffer_size(self.dims.obs_dim, self.dims.act_dim)
+        self.capacity = cfg.resolved_buffer_size(self.dims.obs_dim, self.dims.act_dim, self.dims.state_dim)
         self.learning_starts = cfg.resolved_learning_starts()
         self.actor = ActorRole(cfg, self.dims, env.num_envs, self.device, space.low, space.high)
         self.build_roles()
@@ -86,10 +90,26 @@ class _PQLFamily(FastAlgorithm):
         obs = self.obs.reshape(self.obs.shape[0], -1)
         a = self.actor.act(obs)
         step = self.env.step(self.actor.to_env(a).reshape(-1, *self.env.action_shape))
-        batch = self.actor.observe(obs, a, step._replace(final_obs=step.final_obs.reshape(obs.shape[0], -1)))
+        step = step._replace(final_obs=step.final_obs.reshape(obs.shape[0], -1))
+        if self.states is None:
+            batch = self.actor.observe(obs, a, step)
+        else:
+            batch = self.actor.observe(obs, a, step, self.states, final_states(step))
+            self.states = step_states(step).clone()   # a source may reuse its states buffer
         self.tracker.update(step.reward, step.done, step.valid)
         self.obs = step.obs
         return batch
+
+    def extra_state(self) -> Dict[str, Any]:
+        out = super().extra_state()
+        if self.states is not None:   # the current states go with the current observation
+            out["states"] = self.states
+        return out
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        super().set_extra_state(state)
+        if self.states is not None and state.get("states") is not None:
+            self.states = state["states"].to(self.device)
 
     def _log(self, env_steps: int, n_critic: float, n_policy: float, critic_m: torch.Tensor,
              policy_m: torch.Tensor) -> None:
@@ -234,7 +254,7 @@ class PQL(_PQLFamily):
 
             self.v = self.p = None
             self.initial_critic = make_critic(cfg, self.dims)
-            v_fields, p_fields = cfg.replay_fields(self.dims.obs_dim, self.dims.act_dim)
+            v_fields, p_fields = cfg.replay_fields(self.dims.obs_dim, self.dims.act_dim, self.dims.state_dim)
             cap = (self.capacity // N) * N
             self.replay_bytes = replay_bytes(cap, v_fields) + replay_bytes(cap, p_fields)
             self.backend = RayBackend(self)
@@ -312,5 +332,5 @@ class PQL(_PQLFamily):
 
     def _stats_copy(self):
         s = self.actor.stats()
-        return None if s is None else (s[0].clone(), s[1].clone())
+        return None if s is None else tuple(t.clone() for t in s)
 

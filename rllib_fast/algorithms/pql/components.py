@@ -10,6 +10,14 @@
   (frozen) copy of the critic; maximises min(Q1, Q2)(s, π(s)) (or SAC's
   objective).
 
+Asymmetric actor-critic (``Dims.state_dim`` set, see
+:mod:`rllib_fast.algorithms.asymmetric`): the critics read the source's
+privileged states ``x`` while the policy reads the observation ``o``, so the
+V-learner's target is ``Q'(x', π(o'))`` and the P-learner maximises
+``Q(x, π(o))``. The Actor aggregates states with the same n-step windows as
+observations and keeps their running statistics too; the statistics shipped
+to learners are then ``(obs mean, obs var, states mean, states var)``.
+
 The sequential baselines (DDPGN/SACN) pass the *same* policy, critic, replay
 and statistics objects to all three, so they need no synchronisation; PQL
 gives each role its own copies and moves snapshots between them (threads:
@@ -62,6 +70,12 @@ class LiveParams:
 class Dims:
     obs_dim: int
     act_dim: int
+    state_dim: Optional[int] = None   # the critic's states (asymmetric actor-critic), or None
+
+    @property
+    def critic_dim(self) -> int:
+        """Width of the critic's observation input (states when asymmetric)."""
+        return self.obs_dim if self.state_dim is None else self.state_dim
 
 
 def normalize_obs(obs: torch.Tensor, stats: Optional[Stats], clip: float) -> torch.Tensor:
@@ -73,6 +87,18 @@ def normalize_obs(obs: torch.Tensor, stats: Optional[Stats], clip: float) -> tor
     return ((obs - mean.to(obs.dtype)) / torch.sqrt(var.to(obs.dtype) + 1e-8)).clamp(-clip, clip)
 
 
+def obs_stats(stats: Optional[Tuple[torch.Tensor, ...]]) -> Optional[Stats]:
+    """The observation part of shipped statistics (the policy's input)."""
+    return None if stats is None else (stats[0], stats[1])
+
+
+def critic_stats(stats: Optional[Tuple[torch.Tensor, ...]]) -> Optional[Stats]:
+    """The statistics of the critic's input: the states' when shipped, else the observations'."""
+    if stats is None:
+        return None
+    return (stats[2], stats[3]) if len(stats) == 4 else (stats[0], stats[1])
+
+
 def make_policy(cfg, dims: Dims):
     return build_policy(cfg.policy_learner, dims.obs_dim, dims.act_dim, cfg.resolved_hidden(dims.obs_dim),
                         cfg.activation, cfg.sac_log_std_bounds, cfg.sac_init_alpha)
@@ -80,7 +106,7 @@ def make_policy(cfg, dims: Dims):
 
 def make_critic(cfg, dims: Dims) -> DoubleQ:
     atoms = cfg.num_atoms if cfg.distributional else 1
-    return DoubleQ(dims.obs_dim, dims.act_dim, cfg.resolved_hidden(dims.obs_dim), cfg.activation, atoms,
+    return DoubleQ(dims.critic_dim, dims.act_dim, cfg.resolved_hidden(dims.obs_dim), cfg.activation, atoms,
                    cfg.v_min, cfg.v_max)
 
 
@@ -105,14 +131,25 @@ class ActorRole:
         self.act_low = torch.as_tensor(act_low, dtype=torch.float32, device=device).reshape(-1)
         self.act_high = torch.as_tensor(act_high, dtype=torch.float32, device=device).reshape(-1)
         self.aggregator = NStepAggregator(num_envs, cfg.n_step, cfg.gamma, (dims.obs_dim,), (dims.act_dim,), device)
+        self.state_rms = self.state_aggregator = None
+        if dims.state_dim is not None:
+            # the same windows over the states (no actions: those come from `aggregator`)
+            self.state_rms = RunningMeanStd((dims.state_dim,), clip=cfg.obs_clip).to(device)
+            self.state_aggregator = NStepAggregator(num_envs, cfg.n_step, cfg.gamma, (dims.state_dim,), (0,),
+                                                    device)
         # σ per env slot over the global env index (fixed across resets)
         self.sigma_table = mixed_sigma(num_envs, cfg.noise_std_min, cfg.noise_std_max, env_offset,
                                        total_envs or num_envs, device)
         self.steps = 0          # vectorised steps taken (host int)
         self.emitted = 0        # transitions emitted to the learners (host int)
 
-    def stats(self) -> Optional[Stats]:
-        return (self.rms.mean, self.rms.var) if self.cfg.obs_norm else None
+    def stats(self) -> Optional[Tuple[torch.Tensor, ...]]:
+        """(obs mean, obs var[, states mean, states var]) or None when ``obs_norm`` is off."""
+        if not self.cfg.obs_norm:
+            return None
+        if self.state_rms is None:
+            return (self.rms.mean, self.rms.var)
+        return (self.rms.mean, self.rms.var, self.state_rms.mean, self.state_rms.var)
 
     def sigma(self) -> torch.Tensor:
         """Exploration std per env, ``[N, 1]``."""
@@ -128,7 +165,7 @@ class ActorRole:
         """Policy-unit actions in [-1, 1]."""
         if explore and self.steps < self.cfg.warmup_steps:
             return torch.rand((obs.shape[0], self.dims.act_dim), device=self.device) * 2.0 - 1.0
-        obs_n = normalize_obs(obs.float(), self.stats(), self.cfg.obs_clip)
+        obs_n = normalize_obs(obs.float(), obs_stats(self.stats()), self.cfg.obs_clip)
         if getattr(self.policy, "stochastic", False):
             return self.policy.act(obs_n, deterministic=not explore)
         a = self.policy(obs_n)
@@ -140,25 +177,42 @@ class ActorRole:
         return self.act_low + (a.clamp(-1.0, 1.0) + 1.0) * 0.5 * (self.act_high - self.act_low)
 
     @torch.no_grad()
-    def observe(self, obs: torch.Tensor, action: torch.Tensor, step) -> Optional[Dict[str, torch.Tensor]]:
-        """Account one env step; returns the finished n-step transitions (or None)."""
+    def observe(self, obs: torch.Tensor, action: torch.Tensor, step, states: Optional[torch.Tensor] = None,
+                final_states: Optional[torch.Tensor] = None) -> Optional[Dict[str, torch.Tensor]]:
+        """Account one env step; returns the finished n-step transitions (or None).
+        ``states``/``final_states``: the critic's states before the step and
+        those going with ``step.final_obs`` (asymmetric critic only)."""
         if self.cfg.obs_norm:
             self.rms.update(step.final_obs.float(), mask=step.valid)
-        out = self.aggregator.push(obs.float(), action, step.reward.float() * self.cfg.reward_scale,
+        reward = step.reward.float() * self.cfg.reward_scale
+        out = self.aggregator.push(obs.float(), action, reward,
                                    step.terminated, step.truncated, step.final_obs.float(), step.valid)
+        if self.state_aggregator is not None:
+            if self.cfg.obs_norm:
+                self.state_rms.update(final_states, mask=step.valid)
+            s_out = self.state_aggregator.push(states, action[:, :0], reward, step.terminated, step.truncated,
+                                               final_states, step.valid)
+            if out is not None:
+                out["states"], out["next_states"] = s_out["obs"], s_out["next_obs"]
         self.steps += 1
         if out is not None:
             self.emitted += self.N
         return out
 
     def state_dict(self) -> Dict[str, object]:
-        return {"policy": self.policy.state_dict(), "rms": self.rms.state_dict(),
-                "aggregator": self.aggregator.state_dict(), "steps": self.steps, "emitted": self.emitted}
+        s = {"policy": self.policy.state_dict(), "rms": self.rms.state_dict(),
+             "aggregator": self.aggregator.state_dict(), "steps": self.steps, "emitted": self.emitted}
+        if self.state_aggregator is not None:
+            s.update(state_rms=self.state_rms.state_dict(), state_aggregator=self.state_aggregator.state_dict())
+        return s
 
     def load_state_dict(self, s: Dict[str, object]) -> None:
         self.policy.load_state_dict(s["policy"])
         self.rms.load_state_dict(s["rms"])
         self.aggregator.load_state_dict(s["aggregator"])
+        if self.state_aggregator is not None:
+            self.state_rms.load_state_dict(s["state_rms"])
+            self.state_aggregator.load_state_dict(s["state_aggregator"])
         self.steps, self.emitted = int(s["steps"]), int(s["emitted"])
 
 
@@ -175,7 +229,7 @@ class CriticLearner:
         # π_v: the latest synced policy (no target actor, as the reference code)
         self.policy = policy if policy is not None else make_policy(cfg, dims).to(device).requires_grad_(False)
         if replay is None:
-            v_fields, _ = cfg.replay_fields(dims.obs_dim, dims.act_dim)
+            v_fields, _ = cfg.replay_fields(dims.obs_dim, dims.act_dim, dims.state_dim)
             replay = TransitionReplay(capacity, rows_per_add, v_fields, device)
         self.replay = replay
         self.optimizer = _adamw(self.critic.parameters(), live.lr, cfg.weight_decay)
@@ -186,8 +240,8 @@ class CriticLearner:
         self.updates = 0
         self.loss_sum = torch.zeros(2, device=device)    # (sum of losses, sum of Q) since last read
 
-    def set_stats(self, stats: Optional[Stats]) -> None:
-        self._stats = None if stats is None else (stats[0].to(self.device), stats[1].to(self.device))
+    def set_stats(self, stats: Optional[Tuple[torch.Tensor, ...]]) -> None:
+        self._stats = None if stats is None else tuple(t.to(self.device) for t in stats)
 
     def ready(self) -> bool:
         return len(self.replay) >= self.learning_starts
@@ -199,7 +253,13 @@ class CriticLearner:
         cfg, live = self.cfg, self.live
         b = self.replay.sample(self.batch_size)
         stats, clip = self.stats_fn(), cfg.obs_clip
-        obs, nxt = normalize_obs(b["obs"], stats, clip), normalize_obs(b["next_obs"], stats, clip)
+        # the target policy reads next observations; the critics read states when asymmetric
+        nxt = normalize_obs(b["next_obs"], obs_stats(stats), clip)
+        if self.dims.state_dim is None:
+            obs, c_nxt = normalize_obs(b["obs"], stats, clip), nxt
+        else:
+            cs = critic_stats(stats)
+            obs, c_nxt = normalize_obs(b["states"], cs, clip), normalize_obs(b["next_states"], cs, clip)
         w = b["valid"].float()
         with torch.no_grad():
             if getattr(self.policy, "stochastic", False):
@@ -209,11 +269,11 @@ class CriticLearner:
                 a_next = smoothed_target_action(self.policy(nxt), cfg.target_noise, cfg.target_noise_clip)
                 bonus = None
             if cfg.distributional:
-                l1, l2 = self.target.heads(nxt, a_next)
+                l1, l2 = self.target.heads(c_nxt, a_next)
                 ret = b["reward"] if bonus is None else b["reward"] + b["discount"] * bonus
                 target = distributional_double_q_target(ret, b["discount"], l1, l2, self.target.support)
             else:
-                t1, t2 = self.target.q(nxt, a_next)
+                t1, t2 = self.target.q(c_nxt, a_next)
                 target = clipped_double_q_target(b["reward"], b["discount"], t1, t2, bonus)
         h1, h2 = self.critic.heads(obs, b["action"])
         if cfg.distributional:
@@ -274,7 +334,7 @@ class PolicyLearner:
         if not shared_critic:
             self.critic.requires_grad_(False)
         if replay is None:
-            _, p_fields = cfg.replay_fields(dims.obs_dim, dims.act_dim)
+            _, p_fields = cfg.replay_fields(dims.obs_dim, dims.act_dim, dims.state_dim)
             replay = TransitionReplay(capacity, rows_per_add, p_fields, device)
         self.replay = replay
         self.sac = getattr(self.policy, "stochastic", False)
@@ -301,8 +361,11 @@ class PolicyLearner:
 
     def update(self) -> None:
         cfg, live = self.cfg, self.live
-        b = self.replay.sample(self.batch_size, keys=("obs", "valid"))
-        obs = normalize_obs(b["obs"], self.stats_fn(), cfg.obs_clip)
+        asym = self.dims.state_dim is not None
+        b = self.replay.sample(self.batch_size, keys=("obs", "states", "valid") if asym else ("obs", "valid"))
+        stats = self.stats_fn()
+        obs = normalize_obs(b["obs"], obs_stats(stats), cfg.obs_clip)
+        c_obs = normalize_obs(b["states"], critic_stats(stats), cfg.obs_clip) if asym else obs
         w = b["valid"].float()
         wsum = w.sum().clamp_min(1.0)
         frozen = list(self.critic.parameters()) if self.shared_critic else []
@@ -311,12 +374,12 @@ class PolicyLearner:
         try:
             if self.sac:
                 a, logp = self.policy.sample(obs)
-                q1, q2 = self.critic.q(obs, a)
+                q1, q2 = self.critic.q(c_obs, a)
                 alpha = self.policy.log_alpha.exp().detach()
                 loss = (w * (alpha * logp - torch.minimum(q1, q2))).sum() / wsum
             else:
                 a = self.policy(obs)
-                q1, q2 = self.critic.q(obs, a)
+                q1, q2 = self.critic.q(c_obs, a)
                 loss = -(w * torch.minimum(q1, q2)).sum() / wsum
         finally:
             for p in frozen:

@@ -18,6 +18,7 @@ from ...core.algorithm import FastConfig
 from ...core.nets import ACTIVATIONS
 from ...core.params import POSITIVE_INT_LIST, Param, with_defaults
 from ...core.transition_replay import replay_bytes
+from ..asymmetric import ASYMMETRIC_CRITIC
 
 
 def _auto_or_pos_int(v) -> bool:
@@ -57,6 +58,7 @@ class PQLFamilyConfig(FastConfig):
         "activation": Param("elu", "hidden activation", (str,), choices=tuple(ACTIVATIONS)),
         "obs_norm": Param(True, "normalise observations with the Actor's running statistics at sample time",
                           (bool,)),
+        "asymmetric_critic": ASYMMETRIC_CRITIC,
         "obs_clip": Param(5.0, "clamp normalised observations to +-obs_clip", low=0.0, low_open=True),
         "reward_scale": Param(1.0, "multiply rewards before storing", low=0.0, low_open=True),
         "warmup_steps": Param(32, "vectorised steps of uniform random actions before the policy acts", (int,),
@@ -124,25 +126,32 @@ class PQLFamilyConfig(FastConfig):
         except (ValueError, OSError, AttributeError):
             return 4 << 30
 
-    def replay_fields(self, obs_dim: int, act_dim: int) -> Tuple[Dict, Dict]:
-        """(V-learner fields, P-learner fields) per transition."""
+    def replay_fields(self, obs_dim: int, act_dim: int, state_dim: Optional[int] = None) -> Tuple[Dict, Dict]:
+        """(V-learner fields, P-learner fields) per transition. With an
+        asymmetric critic (``state_dim``) the V-learner also keeps the states
+        and next states (its critic's inputs; observations stay for the target
+        policy) and the P-learner the states (the critic's input next to the
+        policy's observation)."""
         f32 = torch.float32
         v = {"obs": ((obs_dim,), f32), "action": ((act_dim,), f32), "reward": ((), f32),
              "next_obs": ((obs_dim,), f32), "discount": ((), f32), "valid": ((), torch.bool)}
         p = {"obs": ((obs_dim,), f32), "valid": ((), torch.bool)}
+        if state_dim is not None:
+            v.update(states=((state_dim,), f32), next_states=((state_dim,), f32))
+            p.update(states=((state_dim,), f32))
         return v, p
 
-    def bytes_per_transition(self, obs_dim: int, act_dim: int) -> int:
-        v, p = self.replay_fields(obs_dim, act_dim)
+    def bytes_per_transition(self, obs_dim: int, act_dim: int, state_dim: Optional[int] = None) -> int:
+        v, p = self.replay_fields(obs_dim, act_dim, state_dim)
         return replay_bytes(1, v) + (replay_bytes(1, p) if self.separate_state_replay else 0)
 
     separate_state_replay = True   # PQL's P-learner keeps its own states-only replay
 
-    def resolved_buffer_size(self, obs_dim: int, act_dim: int) -> int:
+    def resolved_buffer_size(self, obs_dim: int, act_dim: int, state_dim: Optional[int] = None) -> int:
         if self.buffer_size != "auto":
             return int(self.buffer_size)
         want = int(min(5_000_000, max(50_000, 1221 * self.num_envs)))
-        cap = self.resolved_max_replay_bytes() // max(1, self.bytes_per_transition(obs_dim, act_dim))
+        cap = self.resolved_max_replay_bytes() // max(1, self.bytes_per_transition(obs_dim, act_dim, state_dim))
         return max(self.num_envs, min(want, cap))
 
     # -- validation --------------------------------------------------------------

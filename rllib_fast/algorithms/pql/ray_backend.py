@@ -309,7 +309,7 @@ class RayBackend:
         if self.link is None:   # object store: one host copy, serialised with the next call
             stats, batch = _cpu(stats), _cpu(batch)
         self.pending["critic"].append((batch, stats))
-        self.pending["policy"].append(({"obs": batch["obs"], "valid": batch["valid"]}, stats))
+        self.pending["policy"].append(({k: batch[k] for k in ("obs", "states", "valid") if k in batch}, stats))
 
     def _start_exchange(self, role: str):
         """Deliver what is pending for ``role`` in one ``exchange`` call (returns its ref)."""

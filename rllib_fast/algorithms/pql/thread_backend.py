@@ -64,7 +64,7 @@ class ThreadBackend:
     # -- driver side -----------------------------------------------------------------
     def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
         self.inbox["critic"].append((batch, stats))
-        self.inbox["policy"].append(({"obs": batch["obs"], "valid": batch["valid"]}, stats))
+        self.inbox["policy"].append(({k: batch[k] for k in ("obs", "states", "valid") if k in batch}, stats))
 
     def sync_actor(self) -> None:
         """Adopt the P-learner's newest policy snapshot, if any."""
