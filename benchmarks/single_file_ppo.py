@@ -16,9 +16,10 @@ Time-limit truncations bootstrap from the value of the true last observation
 (T=32, 4 epochs x 4 minibatches, lr 3e-4, Adam eps 1e-5, grad-norm clip 0.5,
 separate 64-64 tanh actor and critic) so a comparison isolates the framework.
 
-For this machine (2 CPU cores, no GPU) it runs everything on the CPU with one
-torch thread, keeps every tensor preallocated, and touches the host once per
-iteration (to read the returns of finished episodes).
+By default (this machine: 2 CPU cores, no GPU) it runs everything on the CPU
+with one torch thread; ``--device cuda`` puts env, networks and storage on the
+GPU (the side-by-side in benchmarks/gpu.py). Every tensor is preallocated and
+the host is touched once per iteration (to read the returns of finished episodes).
 
     python benchmarks/single_file_ppo.py --num-envs 64 --target 475
 """
@@ -79,6 +80,7 @@ class Args:
     threads: int = 1
     target: float = 475.0
     time_budget: float = 120.0
+    device: str = "cpu"            # env, net and storage device ("cuda" for the GPU kit, benchmarks/gpu.py)
 
 
 def layer(i: int, o: int, gain: float) -> nn.Linear:
@@ -116,9 +118,9 @@ class ActorCritic(nn.Module):
 class RunningNorm:
     """Running mean/variance (parallel-algorithm merge of batch moments)."""
 
-    def __init__(self, dim: int):
-        self.mean = torch.zeros(dim)
-        self.var = torch.ones(dim)
+    def __init__(self, dim: int, device: str = "cpu"):
+        self.mean = torch.zeros(dim, device=device)
+        self.var = torch.ones(dim, device=device)
         self.count = 1e-4
 
     def update(self, x: torch.Tensor) -> None:
@@ -142,23 +144,24 @@ def train(args: Args, callback: Optional[Callable[[dict], bool]] = None) -> dict
     torch.manual_seed(args.seed)
     t_start = time.perf_counter()
     N, T = args.num_envs, args.num_steps
-    env = registry.make(args.env, num_envs=N, device="cpu", seed=args.seed)
+    dev = args.device
+    env = registry.make(args.env, num_envs=N, device=dev, seed=args.seed)
     obs_dim = env.single_observation_space.shape[0]
-    agent = ActorCritic(obs_dim, int(env.single_action_space.n), args.hidden)
+    agent = ActorCritic(obs_dim, int(env.single_action_space.n), args.hidden).to(dev)
     opt = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5)
-    norm = RunningNorm(obs_dim)
+    norm = RunningNorm(obs_dim, dev)
     normalize = norm if args.norm_obs else (lambda x: x)
 
     # rollout storage, time-major [T, N]
-    raw_obs = torch.zeros(T, N, obs_dim)
-    raw_next = torch.zeros(T, N, obs_dim)
-    actions = torch.zeros(T, N, dtype=torch.long)
-    logps = torch.zeros(T, N)
-    rewards = torch.zeros(T, N)
-    terms = torch.zeros(T, N)
-    dones = torch.zeros(T, N)
-    finished_ret = torch.zeros(T, N)
-    ep_ret = torch.zeros(N)
+    raw_obs = torch.zeros(T, N, obs_dim, device=dev)
+    raw_next = torch.zeros(T, N, obs_dim, device=dev)
+    actions = torch.zeros(T, N, dtype=torch.long, device=dev)
+    logps = torch.zeros(T, N, device=dev)
+    rewards = torch.zeros(T, N, device=dev)
+    terms = torch.zeros(T, N, device=dev)
+    dones = torch.zeros(T, N, device=dev)
+    finished_ret = torch.zeros(T, N, device=dev)
+    ep_ret = torch.zeros(N, device=dev)
     recent = collections.deque(maxlen=100)
 
     obs = env.reset(seed=args.seed)
@@ -200,8 +203,8 @@ def train(args: Args, callback: Optional[Callable[[dict], bool]] = None) -> dict
             v = agent.value(obs_n).view(T, N)
             v_next = agent.value(next_n).view(T, N)
             delta = rewards + args.gamma * v_next * (1.0 - terms) - v
-            adv = torch.zeros(T, N)
-            running = torch.zeros(N)
+            adv = torch.zeros(T, N, device=dev)
+            running = torch.zeros(N, device=dev)
             for t in reversed(range(T)):
                 running = delta[t] + args.gamma * args.gae_lambda * (1.0 - dones[t]) * running
                 adv[t] = running
@@ -211,7 +214,7 @@ def train(args: Args, callback: Optional[Callable[[dict], bool]] = None) -> dict
 
         # --- K epochs of minibatch updates of the clipped objective -------------
         for _ in range(args.epochs):
-            perm = torch.randperm(batch)
+            perm = torch.randperm(batch, device=dev)
             for i in range(args.minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
                 logp, entropy = agent.evaluate(obs_n[idx], b_act[idx])

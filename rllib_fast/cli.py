@@ -707,6 +707,13 @@ def cmd_list(what: str) -> int:
         print("envs (rllib_fast tensor envs; RLlib built-ins take gymnasium ids such as CartPole-v1):")
         for name in list_envs():
             print(f"  {name}")
+        from .envs.mjlab import mjlab_tasks  # imports mjlab only when it is installed
+
+        tasks = mjlab_tasks()
+        if tasks:
+            print("mjlab tasks:")
+            for task in tasks:
+                print(f"  mjlab:{task}")
     return 0
 
 

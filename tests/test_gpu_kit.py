@@ -6,8 +6,13 @@ device time is scarce and the machine has no package registry.
   (the offline bundle carries only Ray, gymnasium and their dependencies);
 * the bundle's packing into parts of at most PART_MIB and the reassembly on the
   other side give back every file bit for bit, and a missing part is named;
+* ``benchmarks/gpu.py --dry-run`` lists every part, the CUDA-only tests and
+  every registered algorithm, and its report/merge code handles failed,
+  skipped and partial parts (the full CPU walk-through, ``--device cpu --quick
+  --tiny``, takes minutes and is run by hand).
 """
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -105,3 +110,81 @@ def test_bundle_reassembly_names_what_a_missing_part_held(tmp_path):
                        timeout=120)
     assert r.returncode != 0
     assert "big-1.0-py3-none-any.whl" in r.stdout + r.stderr
+
+
+GPU_PY = os.path.join(REPO, "benchmarks", "gpu.py")
+
+
+def _gpu_module():
+    spec = importlib.util.spec_from_file_location("gpu_kit_under_test", GPU_PY)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cuda_only_tests_are_found_and_expand_to_six_items():
+    kit = _gpu_module()
+    ids = kit.cuda_test_ids()
+    assert ids == ["tests/algorithms/test_pql.py::test_collective_transport_refuses_a_learner_on_the_actors_gpu",
+                   "tests/envs/test_classic.py::test_cuda_step_is_sync_free",
+                   "tests/envs/test_gymnasium_bridge.py::test_adapter_on_cuda_matches_cpu"]
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *ids],
+                         capture_output=True, text=True, cwd=REPO, timeout=600)
+    items = [ln for ln in out.stdout.splitlines() if "::" in ln]
+    assert len(items) == 6, out.stdout[-2000:]
+
+
+def test_dry_run_lists_every_part_test_and_algorithm():
+    from rllib_fast.algorithms import ALGORITHMS
+
+    out = subprocess.run([sys.executable, GPU_PY, "--dry-run", "--quick"], capture_output=True, text=True,
+                         cwd=REPO, timeout=600, env={**os.environ, "PYTHONPATH": REPO})
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    for part in ("cuda_tests", "smoke", "throughput", "learn", "pql", "population", "hts", "mjlab"):
+        assert f"[{part}]" in text
+    for name in ALGORITHMS:
+        assert f"  {name}: " in text
+    assert "test_cuda_step_is_sync_free" in text
+    assert "FastPPO CartPole N=262144" in text and "single-file PPO CartPole N=4096" in text
+    assert "PopTD3 K=64" in text and "PQL Pendulum N=4096" in text
+    bad = subprocess.run([sys.executable, GPU_PY, "--dry-run", "--parts", "smoke,gpu"], capture_output=True,
+                         text=True, cwd=REPO, timeout=600)
+    assert bad.returncode == 2 and "unknown gpu; allowed: cuda_tests, smoke" in bad.stderr
+
+
+def test_report_and_merge_keep_failures_and_order(tmp_path):
+    kit = _gpu_module()
+    meta = dict(date="d", python="3.12", cpu_count=16, device="cuda", device_name="NVIDIA H100", torch="2.11",
+                cuda="13.0", ray="2.60.0", gymnasium="1.2.2", git_commit="abc")
+    smoke_rows = [dict(algorithm="FastPPO", env="CartPole", device="cuda:0", status="ok", seconds=3.0),
+                  dict(algorithm="PQL", status="error", error="RuntimeError: boom", seconds=1.0)]
+    first = dict(mode="quick", meta=meta, wall_s=60.0, parts={
+        "smoke": dict(status="failed", error=kit.problems("smoke", {"rows": smoke_rows}), seconds=4.0,
+                      data={"rows": smoke_rows}),
+        "hts": dict(status="error", error="TimeoutError: hts: time cap 30s reached", seconds=30.0)})
+    second = dict(mode="full", meta=meta, wall_s=120.0, parts={
+        "cuda_tests": dict(status="ok", seconds=9.0, data={"cases": [
+            dict(test="tests.envs.test_classic::test_cuda_step_is_sync_free[CartPole]", outcome="passed",
+                 message="", seconds=1.0)]}),
+        "mjlab": dict(status="skipped", error="mjlab is not installed", seconds=0.0,
+                      data={"skipped": "mjlab is not installed"})})
+    assert kit.problems("smoke", {"rows": smoke_rows}) == "not ok: PQL"
+    assert kit.problems("cuda_tests", {"cases": [], "returncode": 4}) == "no test ran (pytest exit 4)"
+    merged = kit.merge_payloads([first, second])
+    assert list(merged["parts"]) == ["cuda_tests", "smoke", "hts", "mjlab"]
+    assert merged["wall_s"] == 180.0
+    md = kit.build_report(merged)
+    assert "| smoke | failed: not ok: PQL |" in md
+    assert "RuntimeError: boom" in md and "TimeoutError: hts: time cap 30s reached" in md
+    assert "skipped: mjlab is not installed" in md and "NVIDIA H100" in md
+    assert "Not a GPU run" not in md
+    files = []
+    for i, pl in enumerate((first, second)):
+        files.append(tmp_path / f"{i}.json")
+        files[-1].write_text(json.dumps(pl))
+    r = subprocess.run([sys.executable, GPU_PY, "--merge", *map(str, files), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((tmp_path / "out" / "gpu.json").read_text())["parts"].keys() == merged["parts"].keys()
+    assert (tmp_path / "out" / "gpu.md").read_text() == md
