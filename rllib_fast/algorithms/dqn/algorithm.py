@@ -18,6 +18,7 @@ from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS
                                      NUM_ENV_STEPS_TRAINED_LIFETIME)
 
 from ...core.algorithm import FastAlgorithm
+from ...core.compile import compiled
 from ...core.qnets import QNetwork, categorical_projection
 from ...core.replay import SegmentedReplay
 from .config import EpsRainbowConfig, FastDQNConfig, RainbowConfig
@@ -57,6 +58,9 @@ class FastDQN(FastAlgorithm):
         self.env_steps = 0          # host counters (counts of our own calls: no device sync)
         self.num_updates = 0
         self.update_credit = 0.0    # fractional updates carried over between iterations
+        # the hot path's pure tensor functions, compiled when `compile` is set (same functions eager)
+        self._select_action = compiled(self._epsilon_greedy, cfg.compile, self.device)
+        self._update_loss = compiled(self._weighted_loss, cfg.compile, self.device)
 
     def optimizers(self) -> list:
         return [self.optimizer]
@@ -101,11 +105,16 @@ class FastDQN(FastAlgorithm):
     def _act(self, obs: torch.Tensor, eps) -> torch.Tensor:
         if self.config.noisy:
             self.module.reset_noise()
-        greedy = self.module(obs).argmax(-1)
         n = obs.shape[0]
         random_a = torch.randint(0, self.num_actions, (n,), device=obs.device)
         explore = torch.rand(n, device=obs.device) < eps
-        return torch.where(explore, random_a, greedy)
+        return self._select_action(obs, random_a, explore)
+
+    def _epsilon_greedy(self, obs: torch.Tensor, random_a: torch.Tensor, explore: torch.Tensor) -> torch.Tensor:
+        """The act step's tensor work (what ``compile`` compiles): random
+        draws come in as arguments, so a schedule's changing epsilon is data,
+        not a constant baked into (and recompiling) the graph."""
+        return torch.where(explore, random_a, self.module(obs).argmax(-1))
 
     def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
         if explore:
@@ -173,8 +182,7 @@ class FastDQN(FastAlgorithm):
             if cfg.noisy:
                 self.module.reset_noise()
                 self.target.reset_noise()
-            loss_i, q_sa, priority = self._loss(b)
-            loss = (w * loss_i).sum() / w.sum().clamp_min(1.0)
+            loss, q_sa, priority = self._update_loss(b, w)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip is not None:
@@ -190,6 +198,13 @@ class FastDQN(FastAlgorithm):
             self.metrics.log_value((LEARNER_RESULTS, POLICY, "q_mean"), stats[1] / stats[2], window=1)
             if cfg.prioritized_replay:
                 self.metrics.log_value((LEARNER_RESULTS, POLICY, "per_beta"), self._beta(), window=1)
+
+    def _weighted_loss(self, b: Dict[str, torch.Tensor], w: torch.Tensor):
+        """The update step's forward (what ``compile`` compiles; its backward
+        is compiled with it): the importance-weighted batch loss, Q(s, a) and
+        the new priorities."""
+        loss_i, q_sa, priority = self._loss(b)
+        return (w * loss_i).sum() / w.sum().clamp_min(1.0), q_sa, priority
 
     def _loss(self, b: Dict[str, torch.Tensor]):
         """Per-sample losses (Huber TD or C51 cross-entropy), Q(s, a) and the

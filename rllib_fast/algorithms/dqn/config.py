@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ...core.algorithm import FastConfig
+from ...core.compile import COMPILE
 from ...core.nets import ACTIVATIONS
 from ...core.params import POSITIVE_INT_LIST, Param, with_defaults
 from .rules import RULES
@@ -58,6 +59,7 @@ class FastDQNConfig(FastConfig):
         "hidden_sizes": Param([256, 256], "hidden sizes (MLP trunk or head)", (list, tuple), check=POSITIVE_INT_LIST),
         "activation": Param("relu", "hidden activation", (str,), choices=tuple(ACTIVATIONS)),
         "checkpoint_replay": Param(False, "store the replay buffer in checkpoints (exact resume)", (bool,)),
+        "compile": COMPILE,
     }
 
     def __init__(self, algo_class=None):
