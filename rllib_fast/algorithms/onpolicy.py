@@ -15,6 +15,7 @@ from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_LE
                                      LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED, NUM_ENV_STEPS_TRAINED_LIFETIME)
 
 from ..core.algorithm import FastAlgorithm, FastConfig
+from ..core.compile import COMPILE, compiled
 from ..core.nets import ACTIVATIONS
 from ..core.params import POSITIVE_INT_LIST, Param
 from ..core.rollout import RolloutStorage, compute_gae
@@ -64,6 +65,7 @@ class OnPolicyConfig(FastConfig):
         "decorrelate_steps": Param(None, "start-state decorrelation: env i first takes k_i ~ U[0, this] random "
                                    "actions (None: the env's time limit or 100; 0: off)", (int,), low=0,
                                    optional=True),
+        "compile": COMPILE,
     }
 
     def horizon(self) -> int:
@@ -108,6 +110,9 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.states = current_states(env) if self.state_dim is not None else None
         self.any_invalid = False  # flips to True the first time a source reports valid=False masks
         self.dist = None  # DistributedContext when this is one of several data-parallel learners
+        # the hot path's tensor functions, compiled when `compile` is set (the same functions eager)
+        self._act_fn = compiled(self._act_step, cfg.compile, self.device)
+        self._update_fn = compiled(self._update_loss, cfg.compile, self.device)
         self._decorrelate()
 
     def _normalize_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
@@ -233,9 +238,8 @@ class OnPolicyAlgorithm(FastAlgorithm):
                 st["raw_obs"][t].copy_(self.obs.reshape(self.obs.shape[0], -1))
             if self.states is not None:   # before the step: a source may reuse its states buffer
                 st["states"][t].copy_(self.states)
-            obs_n = self._normalize_obs(self.obs, update=False)
-            action, logp = module.sample(obs_n)
-            step = env.step(module.to_env_action(action))
+            obs_n, action, logp, env_action = self._act_fn(self.obs)
+            step = env.step(env_action)
             if step.valid is not None:
                 self.any_invalid = True
                 st["valid"][t].copy_(step.valid)
@@ -253,6 +257,18 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.tracker.update_batch(st["rewards"], st["done"], valid)
         if cfg.normalize_obs:
             module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self._reduce)
+
+    def _act_step(self, obs: torch.Tensor):
+        """The act step's tensor work (what ``compile`` compiles): normalised
+        observations, sampled actions, their log-probabilities, env actions."""
+        obs_n = self.module.policy_input(obs)
+        action, logp = self.module.sample(obs_n)
+        return obs_n, action, logp, self.module.to_env_action(action)
+
+    def _update_loss(self, *args):
+        """The update step's forward (what ``compile`` compiles, its backward
+        with it): the loss and a stack of detached statistics."""
+        raise NotImplementedError("abstract: OnPolicyAlgorithm._update_loss")
 
     def _after_sampling_step(self, t: int) -> None:
         """Hook between two batched env steps (asynchronous learners pull

@@ -12,7 +12,10 @@ import pytest
 import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 
+from rllib_fast.algorithms.a2c import FastA2CConfig
 from rllib_fast.algorithms.dqn import FastDQNConfig, RainbowConfig
+from rllib_fast.algorithms.hts import HTSPPOConfig
+from rllib_fast.algorithms.ppo import FastPPOConfig
 from rllib_fast.core import compile as compile_mod
 from rllib_fast.core.compile import graph_breaks
 
@@ -43,7 +46,7 @@ def losses(algo, iters, key):
 
 
 # ---------------------------------------------------------------- validation
-@pytest.mark.parametrize("cfg_cls", [FastDQNConfig])
+@pytest.mark.parametrize("cfg_cls", [FastDQNConfig, FastPPOConfig, FastA2CConfig, HTSPPOConfig])
 @pytest.mark.parametrize("value", ["fast", 1, None, "max_autotune"])
 def test_invalid_compile_value_is_a_one_line_error(cfg_cls, value):
     with pytest.raises(ValueError) as e:
@@ -103,3 +106,58 @@ def test_dqn_checkpoints_move_between_compiled_and_eager(aot_eager, tmp_path, fi
     restored = Algorithm.from_checkpoint(path)  # the checkpoint's own setting
     assert restored.config.compile == first
     algo.stop(); other.stop(); restored.stop()
+
+
+# ---------------------------------------------------------------- on-policy (aot_eager)
+def onpolicy(cls=FastPPOConfig, env="CartPole", compile=False, **kw):
+    base = dict(rollout_length=16, hidden_sizes=[32], decorrelate_steps=0, compile=compile)
+    if cls is FastPPOConfig:
+        base.update(num_epochs=2, num_minibatches=2)
+    base.update(kw)
+    return cls().environment(env, num_envs=8).training(**base).debugging(seed=5)
+
+
+ONPOLICY = [(FastPPOConfig, "CartPole", "policy_loss"), (FastPPOConfig, "Pendulum", "vf_loss"),
+            (FastA2CConfig, "CartPole", "policy_loss")]
+
+
+@pytest.mark.parametrize("cls,env,key", ONPOLICY)
+def test_onpolicy_hot_path_has_no_graph_breaks(aot_eager, cls, env, key):
+    algo = onpolicy(cls, env, compile=True).build_algo()
+    algo.train()
+    assert graph_breaks(algo._act_step, algo.obs) == 0
+    st, B = algo.storage, algo.horizon * algo.env.num_envs
+    obs, actions, critic_in = st.flat("obs"), st.flat("actions"), st.flat(algo.critic_key)
+    adv, targets, old_v = torch.randn(B), torch.randn(B), torch.randn(B)
+    if cls is FastPPOConfig:
+        args = (torch.randperm(B)[:B // 2], obs, actions, st.flat("logp"), adv, targets, old_v, critic_in, None)
+    else:
+        args = (obs, actions, adv, targets, critic_in, None, None)
+    assert graph_breaks(algo._update_loss, *args) == 0
+    algo.stop()
+
+
+@pytest.mark.parametrize("cls,env,key", ONPOLICY)
+def test_onpolicy_compiled_matches_eager(aot_eager, cls, env, key):
+    eager = onpolicy(cls, env).build_algo()
+    ref = losses(eager, 2, key)
+    comp = onpolicy(cls, env, compile="reduce-overhead").build_algo()
+    assert comp._act_fn is not comp._act_step and comp._update_fn is not comp._update_loss
+    got = losses(comp, 2, key)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(params(comp.module), params(eager.module), rtol=1e-4, atol=1e-5)
+    assert list(comp.module.state_dict()) == list(eager.module.state_dict())
+    eager.stop(); comp.stop()
+
+
+@pytest.mark.parametrize("first,second", [(True, False), (False, True)])
+def test_ppo_checkpoints_move_between_compiled_and_eager(aot_eager, tmp_path, first, second):
+    algo = onpolicy(compile=first).build_algo()
+    algo.train()
+    path = algo.save_to_path(str(tmp_path / "c"))
+    algo.train()
+    other = onpolicy(compile=second).build_algo()
+    other.restore_from_path(path)
+    other.train()
+    torch.testing.assert_close(params(other.module), params(algo.module), rtol=1e-5, atol=1e-6)
+    algo.stop(); other.stop()

@@ -35,23 +35,29 @@ class FastA2C(OnPolicyAlgorithm):
     def training_intensity(self) -> float:
         return 1.0
 
+    def _update_loss(self, obs, actions, adv, targets, critic_in, w, denom):
+        """The whole batch's loss and its (policy loss, value loss, entropy);
+        the update step's part that ``compile`` compiles."""
+        cfg, module = self.config, self.module
+        logp, entropy = module.evaluate_actions(obs, actions)
+        pg_loss = -masked_mean(logp * adv, w, denom)
+        vf_loss = 0.5 * masked_mean((module.value(critic_in) - targets) ** 2, w, denom)
+        ent = masked_mean(entropy, w, denom)
+        loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * ent
+        return loss, torch.stack([pg_loss.detach(), vf_loss.detach(), ent.detach()])
+
     def _learn(self) -> None:
-        cfg, st, module = self.config, self.storage, self.module
+        cfg, st = self.config, self.storage
         adv, targets, _, w = self._targets()
         denom = w.sum().clamp_min(1.0) if w is not None else None
         if cfg.normalize_advantages:
             adv = standardize(adv, w, self._reduce)
-        obs = st.flat("obs")
-        logp, entropy = module.evaluate_actions(obs, st.flat("actions"))
-        pg_loss = -masked_mean(logp * adv, w, denom)
         critic_in = st.flat(self.critic_key)   # the observations, or the source's states (asymmetric)
-        vf_loss = 0.5 * masked_mean((module.value(critic_in) - targets) ** 2, w, denom)
-        ent = masked_mean(entropy, w, denom)
-        loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * ent
+        loss, stats = self._update_fn(st.flat("obs"), st.flat("actions"), adv, targets, critic_in, w, denom)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self._apply_gradients()
-        for key, value in (("policy_loss", pg_loss), ("vf_loss", vf_loss), ("entropy", ent)):
-            self.metrics.log_value((LEARNER_RESULTS, POLICY, key), value.detach(), window=1)
+        for i, key in enumerate(("policy_loss", "vf_loss", "entropy")):
+            self.metrics.log_value((LEARNER_RESULTS, POLICY, key), stats[i], window=1)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "curr_lr"), self.optimizer.param_groups[0]["lr"],
                                window=1)

@@ -32,7 +32,7 @@ class FastPPO(OnPolicyAlgorithm):
         return float(self.config.num_epochs)
 
     def _learn(self) -> None:
-        cfg, st, module = self.config, self.storage, self.module
+        cfg, st = self.config, self.storage
         B = self.horizon * self.env.num_envs
         adv, targets, old_v, w = self._targets()
         obs, actions, old_logp = st.flat("obs"), st.flat("actions"), st.flat("logp")
@@ -44,33 +44,14 @@ class FastPPO(OnPolicyAlgorithm):
             epoch_kl = torch.zeros((), device=self.device)
             for i in range(cfg.num_minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
-                wi = w[idx] if w is not None else None
-                denom = wi.sum().clamp_min(1.0) if wi is not None else None
-                logp, entropy = module.evaluate_actions(obs[idx], actions[idx])
-                log_ratio = logp - old_logp[idx]
-                ratio = log_ratio.exp()
-                a = adv[idx]
-                if cfg.normalize_advantages:
-                    a = standardize(a, wi, self._reduce)
-                surr = torch.min(ratio * a, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * a)
-                pg_loss = -masked_mean(surr, wi, denom)
-                v = module.value(critic_in[idx])
-                vf = (v - targets[idx]) ** 2
-                if cfg.vf_clip_param is not None:
-                    v_clip = old_v[idx] + (v - old_v[idx]).clamp(-cfg.vf_clip_param, cfg.vf_clip_param)
-                    vf = torch.max(vf, (v_clip - targets[idx]) ** 2)
-                vf_loss = 0.5 * masked_mean(vf, wi, denom)
-                ent = masked_mean(entropy, wi, denom)
-                loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * ent
+                loss, mstats = self._update_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 self._apply_gradients()
                 with torch.no_grad():
-                    kl = masked_mean((ratio - 1) - log_ratio, wi, denom)
-                    clipfrac = masked_mean(((ratio - 1).abs() > cfg.clip_param).float(), wi, denom)
-                    stats += torch.stack([pg_loss.detach(), vf_loss.detach(), ent.detach(), kl, clipfrac,
-                                          torch.ones((), device=self.device)])
-                    epoch_kl += kl
+                    stats[:5] += mstats
+                    stats[5] += 1
+                    epoch_kl += mstats[3]
             if cfg.adaptive_lr_kl_target is not None:
                 if self.dist is not None:
                     self.dist.mean_(epoch_kl)  # every learner adapts lr from the same KL
@@ -84,6 +65,34 @@ class FastPPO(OnPolicyAlgorithm):
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "vf_explained_var"), ev, window=1)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "curr_lr"), self.optimizer.param_groups[0]["lr"],
                                window=1)
+
+    def _update_loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w):
+        """One minibatch's clipped-surrogate loss and its (policy loss, value
+        loss, entropy, KL, clip fraction); the update step's part that
+        ``compile`` compiles (minibatch shapes are fixed)."""
+        cfg, module = self.config, self.module
+        wi = w[idx] if w is not None else None
+        denom = wi.sum().clamp_min(1.0) if wi is not None else None
+        logp, entropy = module.evaluate_actions(obs[idx], actions[idx])
+        log_ratio = logp - old_logp[idx]
+        ratio = log_ratio.exp()
+        a = adv[idx]
+        if cfg.normalize_advantages:
+            a = standardize(a, wi, self._reduce)
+        surr = torch.min(ratio * a, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * a)
+        pg_loss = -masked_mean(surr, wi, denom)
+        v = module.value(critic_in[idx])
+        vf = (v - targets[idx]) ** 2
+        if cfg.vf_clip_param is not None:
+            v_clip = old_v[idx] + (v - old_v[idx]).clamp(-cfg.vf_clip_param, cfg.vf_clip_param)
+            vf = torch.max(vf, (v_clip - targets[idx]) ** 2)
+        vf_loss = 0.5 * masked_mean(vf, wi, denom)
+        ent = masked_mean(entropy, wi, denom)
+        loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * ent
+        ratio_d, log_ratio_d = ratio.detach(), log_ratio.detach()
+        kl = masked_mean((ratio_d - 1) - log_ratio_d, wi, denom)
+        clipfrac = masked_mean(((ratio_d - 1).abs() > cfg.clip_param).float(), wi, denom)
+        return loss, torch.stack([pg_loss.detach(), vf_loss.detach(), ent.detach(), kl, clipfrac])
 
     def _adapt_lr(self, kl: float) -> None:
         """KL-adaptive learning rate (as in rl_games/rsl_rl): shrink when the
