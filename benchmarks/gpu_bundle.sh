@@ -30,19 +30,27 @@ PY="${PYTHON:-python3}"
 
 # Packages the device image ('cuda' on nvidia-h100-x1 / nvidia-h200) already
 # holds (its documented package list): their wheels are left out unless
-# --all-deps, so the bundle stays near one Ray wheel. torch, triton and the
-# nvidia-* CUDA libraries are never bundled: the image's CUDA torch must stay.
+# --all-deps, so the bundle stays near one Ray wheel. torch, torchvision,
+# torchaudio, triton and the nvidia-* CUDA libraries are never bundled (nor
+# downloaded): the image's CUDA 13 torch must stay.
 DEVICE_HAS="absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
-certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cycler cython einops etils
-execnet filelock flatbuffers fonttools frozenlist fsspec grpcio h11 h5py hf-xet httpcore httpx huggingface-hub
-humanize hypothesis idna imageio iniconfig jinja2 joblib kiwisolver lazy-loader llvmlite lxml markdown
-markdown-it-py markupsafe matplotlib mdurl ml-dtypes mpmath msgpack multidict networkx ninja numba numpy
-opencv-python-headless opt-einsum packaging pandas pathspec pillow pip pluggy portalocker prometheus-client
-propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing pyproject-hooks pytest pytest-timeout
-pytest-xdist python-dateutil pyyaml regex requests rich safetensors scipy setuptools shellingham simplejson six
-sortedcontainers sympy tabulate tensorboard tensorboard-data-server threadpoolctl tqdm typer typing-extensions
-typing-inspect urllib3 werkzeug wheel wrapt xxhash yarl zipp"
-NEVER="torch triton"
+certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
+cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock
+flatbuffers flax fonttools formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx
+huggingface-hub humanize hypothesis idna imageio iniconfig interface-meta jax jax-cuda13-pjrt
+jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver lazy-loader lightning lightning-utilities
+linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes
+mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals networkx ninja numba
+numba-cuda numpy numpyro nvidia-ml-py onnx onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum
+opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy portalocker
+prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing pyproject-hooks
+pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist python-dateutil
+pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image scikit-learn
+scipy seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six sortedcontainers
+statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm
+tokenizers toolz torch-geometric torchdiffeq torchmetrics tqdm transformers treescope typer typing-extensions
+typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp"
+NEVER="torch torchvision torchaudio triton"
 
 norm() { echo "$1" | tr 'A-Z_.' 'a-z--'; }
 
@@ -130,28 +138,39 @@ EOS
 }
 
 download() {
-  local dl="$OUT.download" keep="$OUT.wheels"
-  local -a extra=() plat=()
-  rm -rf "$dl" "$keep"; mkdir -p "$dl" "$keep"
-  for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 \
-           manylinux1_x86_64 any; do plat+=(--platform "$p"); done
-  [ "$WITH_MJLAB" = 1 ] && extra+=(mjlab)
-  echo "+ pip download (Python 3.12, x86-64 Linux wheels only) into $dl"
-  "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp "${plat[@]}" \
-      -d "$dl" "ray[rllib,tune]==2.60.*" gymnasium "${extra[@]}"
-  echo "+ wheel of this repository"
-  "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$dl" "$REPO"
-  local w name skip
-  for w in "$dl"/*; do
-    name=$(norm "$(basename "$w" | cut -d- -f1)")
+  # Resolve the whole set once for the device's Python and platform (pip's
+  # --dry-run --report, metadata only), drop what must not or need not travel,
+  # then fetch exactly the rest with --no-deps: a plain `pip download` of mjlab
+  # would fetch torch and the CUDA libraries (gigabytes) only to throw them away.
+  local dl="$OUT.download" keep="$OUT.wheels" report="$OUT.report.json"
+  local -a reqs=("ray[rllib,tune]==2.60.*" gymnasium) plat=() pins=()
+  rm -rf "$dl" "$keep" "$OUT.target"; mkdir -p "$dl" "$keep"
+  for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_26_x86_64 manylinux_2_24_x86_64 \
+           manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_12_x86_64 manylinux2010_x86_64 \
+           manylinux_2_5_x86_64 manylinux1_x86_64 any; do plat+=(--platform "$p"); done
+  local -a target=(--only-binary=:all: --python-version 3.12 --implementation cp "${plat[@]}")
+  [ "$WITH_MJLAB" = 1 ] && reqs+=("mjlab==1.6.*")
+  echo "+ resolving ${reqs[*]} for Python 3.12 x86-64 Linux (metadata only)"
+  "$PY" -m pip install -q --dry-run --ignore-installed --ignore-requires-python --report "$report" \
+      --target "$OUT.target" "${target[@]}" "${reqs[@]}"
+  local line name
+  while read -r line; do
+    name=$(norm "${line%%==*}")
     skip=""
     for n in $NEVER; do [ "$name" = "$n" ] && skip="never bundled"; done
     case "$name" in nvidia-*) skip="never bundled";; esac
     if [ -z "$skip" ] && [ "$ALL_DEPS" = 0 ]; then
       for n in $DEVICE_HAS; do [ "$name" = "$(norm "$n")" ] && skip="in the device image"; done
     fi
-    if [ -n "$skip" ]; then echo "  left out ($skip): $(basename "$w")"; else cp "$w" "$keep/"; fi
-  done
+    if [ -n "$skip" ]; then echo "  left out ($skip): $line"; else pins+=("$line"); fi
+  done < <("$PY" -c 'import json, sys
+for i in json.load(open(sys.argv[1]))["install"]:
+    print(i["metadata"]["name"] + "==" + i["metadata"]["version"])' "$report" | sort)
+  echo "+ pip download --no-deps ${#pins[@]} wheels into $dl"
+  "$PY" -m pip download -q --no-deps "${target[@]}" -d "$dl" "${pins[@]}"
+  echo "+ wheel of this repository"
+  "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$dl" "$REPO"
+  cp "$dl"/* "$keep/"
   stage "$keep" "$OUT"
 }
 
