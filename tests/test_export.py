@@ -160,3 +160,22 @@ def test_cli_export(ppo_checkpoint, tmp_path, capsys):
     assert main(["export", ppo_checkpoint, "--member", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "population" in err
+
+
+def test_cemrl_checkpoint_holds_the_mean_policy(tmp_path):
+    """CEM-RL's checkpoint policy is the CEM mean (what it evaluates); a member
+    is exported from the algorithm, and asking the checkpoint for one is refused."""
+    algo = tiny_config("CEMRL", "Pendulum").build_algo()
+    try:
+        algo.train()
+        obs = _observations(algo)
+        with torch.no_grad():
+            mean_actions = algo.compute_actions(obs, explore=False)
+            member1 = algo.policy_actions(obs.unsqueeze(0).expand(algo.K, *obs.shape), False)[1]
+        ckpt = algo.save_to_path(str(tmp_path / "ckpt"))
+        _check(_run_onnx(export_checkpoint(ckpt, out=tmp_path / "mean.onnx"), obs), mean_actions, False)
+        _check(_run_onnx(algo.export_policy(tmp_path / "m1.onnx", member=1), obs), member1, False)
+        text = _one_line_error(ckpt, member=0)
+        assert "mean policy" in text
+    finally:
+        algo.stop()

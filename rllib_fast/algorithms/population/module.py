@@ -63,6 +63,9 @@ class PopulationPolicyModule(GreedyPolicyModule):
     def select(self, member: Optional[int] = None) -> "PopulationPolicyModule":
         """A one-member module (own weights) acting as member ``member``
         (default: this module's member)."""
+        if member is not None and self.model_config.get("cem_mean"):
+            raise ValueError(f"member={member}: this module holds CEM-RL's mean policy only; a member is exported "
+                             "from the algorithm (algo.export_policy(path, member=k) or algo.get_module(member=k))")
         m = self.member if member is None else int(member)
         if not 0 <= m < self.members:
             raise ValueError(f"member={m} is out of range; this population has members 0..{self.members - 1}")
@@ -96,7 +99,8 @@ def population_policy_module(algo, member: Optional[int] = None) -> PopulationPo
     members = net.head.num_members if kind == "dqn" else net.num_members
     index = 0 if members == 1 else (algo.best_member() if member is None else member)
     mc = {"kind": kind, "members": members, "member": index, "hidden_sizes": list(cfg.hidden_sizes),
-          "activation": cfg.activation, "layer_norm": bool(getattr(cfg, "layer_norm", False))}
+          "activation": cfg.activation, "layer_norm": bool(getattr(cfg, "layer_norm", False)),
+          "cem_mean": net is getattr(algo, "mean_actor", None)}
 
     def build():
         return PopulationPolicyModule(observation_space=env.single_observation_space,
