@@ -100,6 +100,8 @@ def _load_tuned():
 
 
 def fastppo_kwargs(n: int, preset: str) -> Tuple[Dict[str, Any], str]:
+    if preset == "defaults":
+        return {}, "FastPPOConfig defaults"
     if preset == "matched":
         m = matched(n)
         return dict(rollout_length=m["T"], num_epochs=m["epochs"], num_minibatches=m["minibatches"],
@@ -152,7 +154,46 @@ def _rllib_on_episode_end(*, episode, prev_episode_chunks=None, **kwargs) -> Non
     _RLLIB_RETURNS.append(ret)
 
 
-def arm_rllib_ppo(ctx: H.ArmContext, env: str, num_envs: int, preset: str = "learn") -> None:
+# RLlib PPO settings for the learn arms: (training hyperparameters, model config).
+# "example" is RLlib's own tuned example rllib/tuned_examples/ppo/cartpole_ppo.py
+# (new API stack). "tuned" is the best of the sweep below (arms `rllib-sweep-*`,
+# gymnasium's native vectorised CartPole-v1 at N=64), picked by median time to
+# 475 over seeds; the sweep's table is in results/ppo_cartpole.md.
+RLLIB_PRESETS: Dict[str, Tuple[Dict[str, Any], Dict[str, Any]]] = {
+    "example": (dict(lr=3e-4, num_epochs=6, vf_loss_coeff=0.01, train_batch_size_per_learner=4000, minibatch_size=128),
+                dict(fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)),
+    "tuned": (dict(lr=3e-4, num_epochs=6, vf_loss_coeff=0.01, train_batch_size_per_learner=2048, minibatch_size=512),
+              dict(fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)),
+}
+# The small sweep behind "tuned": batch per iteration (T*N at N=64), minibatch,
+# epochs, lr, and the two model shapes RLlib's examples use (shared 32-unit linear
+# trunk; separate 64-64 tanh, RLlib's default).
+_SHARED32 = dict(fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)
+_TANH64 = dict(fcnet_hiddens=[64, 64], fcnet_activation="tanh", vf_share_layers=False)
+RLLIB_SWEEP: Dict[str, Dict[str, Any]] = {
+    "b4000-m512": dict(hp=dict(train_batch_size_per_learner=4000, minibatch_size=512), model=_SHARED32),
+    "b2048-m512": dict(hp=dict(train_batch_size_per_learner=2048, minibatch_size=512), model=_SHARED32),
+    "b2048-m1024-lr1e-3": dict(hp=dict(train_batch_size_per_learner=2048, minibatch_size=1024, lr=1e-3),
+                               model=_SHARED32),
+    "b1024-m256-lr1e-3": dict(hp=dict(train_batch_size_per_learner=1024, minibatch_size=256, lr=1e-3),
+                              model=_SHARED32),
+    "b2048-m512-tanh64": dict(hp=dict(train_batch_size_per_learner=2048, minibatch_size=512, vf_loss_coeff=0.5),
+                              model=_TANH64),
+    "b2048-m256-e4-lr1e-3-tanh64": dict(hp=dict(train_batch_size_per_learner=2048, minibatch_size=256, num_epochs=4,
+                                                lr=1e-3, vf_loss_coeff=0.5), model=_TANH64),
+    # round 2 (round 1: only the 64-64 tanh model with a separate value net reached 475 within 60 s)
+    "b2048-m512-lr1e-3-tanh64": dict(hp=dict(train_batch_size_per_learner=2048, minibatch_size=512, lr=1e-3,
+                                             vf_loss_coeff=0.5), model=_TANH64),
+    "b2048-m512-e10-tanh64": dict(hp=dict(train_batch_size_per_learner=2048, minibatch_size=512, num_epochs=10,
+                                          vf_loss_coeff=0.5), model=_TANH64),
+    "b1024-m512-tanh64": dict(hp=dict(train_batch_size_per_learner=1024, minibatch_size=512, vf_loss_coeff=0.5),
+                              model=_TANH64),
+    "b4096-m1024-e8-lr1e-3-tanh64": dict(hp=dict(train_batch_size_per_learner=4096, minibatch_size=1024, num_epochs=8,
+                                                 lr=1e-3, vf_loss_coeff=0.5), model=_TANH64),
+}
+
+
+def arm_rllib_ppo(ctx: H.ArmContext, env: str, num_envs: int, preset: str = "tuned", **overrides: Any) -> None:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
@@ -165,10 +206,10 @@ def arm_rllib_ppo(ctx: H.ArmContext, env: str, num_envs: int, preset: str = "lea
                         gym_env_vectorize_mode="vector_entry_point")
            .callbacks(on_episode_end=_rllib_on_episode_end)
            .debugging(seed=ctx.seed))
-    if preset == "learn":
-        # RLlib's tuned example rllib/tuned_examples/ppo/cartpole_ppo.py (new API stack)
-        hp = dict(lr=3e-4, num_epochs=6, vf_loss_coeff=0.01, train_batch_size_per_learner=4000, minibatch_size=128)
-        model = dict(fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)
+    if preset in RLLIB_PRESETS:
+        hp, model = dict(RLLIB_PRESETS[preset][0]), dict(RLLIB_PRESETS[preset][1])
+        hp.update(overrides.get("hp", {}))
+        model.update(overrides.get("model", {}))
     else:
         m = matched(num_envs)
         hp = dict(lr=m["lr"], num_epochs=m["epochs"], train_batch_size_per_learner=m["batch"],
@@ -274,11 +315,14 @@ FAM_SINGLE = "single-file PPO (plain torch)"
 FAM_RB = "RLlib PPO, bridge (our CartPole)"
 FAM_RG = "RLlib PPO, gymnasium CartPole-v1"
 FAM_SB3 = "SB3 PPO, gymnasium CartPole-v1"
+FAM_RG_SWEEP = "RLlib PPO sweep, gymnasium CartPole-v1 N=64"
 HERE_MOD = "ppo_cartpole"
 
 
 def all_arms() -> List[H.Arm]:
     arms: List[H.Arm] = []
+    arms.append(H.Arm("fastppo-defaults", FAM_FAST, "FastPPO, defaults (N=64)", f"{HERE_MOD}:arm_fastppo",
+                      dict(num_envs=64, preset="defaults"), num_envs=64))
     for n in (64, 1024, 4096):
         arms.append(H.Arm(f"fastppo-{n}", FAM_FAST, f"FastPPO N={n}", f"{HERE_MOD}:arm_fastppo",
                           dict(num_envs=n), num_envs=n))
@@ -286,8 +330,15 @@ def all_arms() -> List[H.Arm]:
                       dict(num_envs=64), num_envs=64))
     arms.append(H.Arm("rllib-bridge-64", FAM_RB, "RLlib PPO bridge N=64", f"{HERE_MOD}:arm_rllib_ppo",
                       dict(env="rllib-fast-gym:CartPole", num_envs=64), num_envs=64, needs_ray=True))
-    arms.append(H.Arm("rllib-gym-64", FAM_RG, "RLlib PPO CartPole-v1 N=64", f"{HERE_MOD}:arm_rllib_ppo",
+    arms.append(H.Arm("rllib-gym-64", FAM_RG, "RLlib PPO CartPole-v1 N=64 (tuned)", f"{HERE_MOD}:arm_rllib_ppo",
                       dict(env="CartPole-v1", num_envs=64), num_envs=64, needs_ray=True))
+    arms.append(H.Arm("rllib-example-64", FAM_RG, "RLlib PPO CartPole-v1 N=64 (RLlib's tuned example)",
+                      f"{HERE_MOD}:arm_rllib_ppo", dict(env="CartPole-v1", num_envs=64, preset="example"),
+                      num_envs=64, needs_ray=True))
+    for name, ov in RLLIB_SWEEP.items():
+        arms.append(H.Arm(f"rllib-sweep-{name}", FAM_RG_SWEEP, f"RLlib PPO sweep {name}", f"{HERE_MOD}:arm_rllib_ppo",
+                          dict(env="CartPole-v1", num_envs=64, preset="example", **ov), num_envs=64,
+                          needs_ray=True))
     arms.append(H.Arm("sb3-8", FAM_SB3, "SB3 PPO (zoo) n_envs=8", f"{HERE_MOD}:arm_sb3_ppo",
                       dict(num_envs=8), num_envs=8))
     # throughput arms: matched settings

@@ -355,7 +355,7 @@ def test_train_dash_f_shipped_yaml_with_overrides(capsys, tmp_path):
     s = _summary(out)
     assert s["checkpoint"].startswith(str(tmp_path / "out" / "cartpole-fastppo"))
     result = next((Path(s["checkpoint"]).parent).glob("result.json")).read_text().splitlines()
-    assert len(result) == 1  # --stop override: 1 iteration, not the file's 5
+    assert len(result) == 1  # --stop override: 1 iteration, not the file's return/env-step stop
     assert json.loads(result[0])["config"]["num_envs"] == 8  # --config override
     assert not (tmp_path / "mlflow.db").exists()
 

@@ -50,7 +50,8 @@ def test_legacy_tune_run_with_grid_search(tmp_path):
 @pytest.mark.parametrize("reuse_actors", [True, False])
 def test_pbt_mutates_lr_and_algorithm_applies_it(tmp_path, reuse_actors):
     initial = [1e-4, 3e-3]
-    param_space = _cfg().to_dict()
+    # a fixed lr (FastPPO's default adapts it to the epoch KL): the optimizer must run with the trial's lr
+    param_space = _cfg(adaptive_lr_kl_target=None).to_dict()
     param_space["lr"] = tune.grid_search(initial)
     pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
                                   hyperparam_mutations={"lr": tune.loguniform(1e-5, 1e-2)},

@@ -51,8 +51,9 @@ class FastAPPOConfig(AsyncLearnersConfigMixin, FastPPOConfig):
     PPO learning rate divided by 4 and no learning-rate schedule, central
     parameters pulled every 64 sampling steps."""
 
+    # The paper's PPO settings (lr/4, no lr schedule), not FastPPO's adaptive-KL defaults.
     HYPERPARAMETERS = with_defaults(AsyncLearnersConfigMixin, FastPPOConfig, num_envs=64, lr=3e-4 / 4,
-                                    grad_clip=0.5)
+                                    grad_clip=0.5, rollout_length=32, num_epochs=4, adaptive_lr_kl_target=None)
 
     def __init__(self, algo_class=None):
         from .algorithm import FastAPPO

@@ -74,7 +74,11 @@ class HTSPPOConfig(HTSKeys, FastPPOConfig):
     The update is FastPPO's (clipped surrogate with ratios against the stored
     behaviour log-probs: the paper's PPO form of the delayed gradient)."""
 
-    HYPERPARAMETERS = with_defaults(FastPPOConfig, num_envs=16)
+    # HTSPPO keeps the PPO settings it was built and tested with (FastPPO's
+    # defaults moved to the rsl_rl recipe later; HTS's one-step policy lag has
+    # not been measured with the adaptive-KL learning rate).
+    HYPERPARAMETERS = with_defaults(FastPPOConfig, num_envs=16, lr=3e-4, rollout_length=32, num_epochs=4,
+                                    adaptive_lr_kl_target=None)
 
     def __init__(self, algo_class=None):
         from .algorithm import HTSPPO

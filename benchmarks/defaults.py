@@ -1,0 +1,266 @@
+"""Do the defaults learn? Every algorithm x each built-in task of its kind, DEFAULT config.
+
+Each run builds ``<Algo>Config().environment(task).debugging(seed=s)`` with
+nothing else set, trains until the mean return reported by the algorithm
+(``env_runners/episode_return_mean``, last 100 episodes; populations: their
+reported return) reaches the task's threshold, or the wall-clock cap runs out,
+and records env steps, wall-clock and CPU seconds (process + children) to the
+threshold. Every run is its own child process (one torch thread), one after
+another, so runs do not share a core.
+
+    python benchmarks/defaults.py                       # everything, seeds 0-2
+    python benchmarks/defaults.py --algos FastPPO,PQL --tasks CartPole,Pendulum --seeds 0
+    python benchmarks/defaults.py --replot              # rewrite docs/defaults.md from the JSON
+
+Writes ``benchmarks/results/defaults.json`` (records merged by (algo, task,
+seed), so partial runs accumulate) and the table ``docs/defaults.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results", "defaults.json")
+DOC = os.path.join(ROOT, "docs", "defaults.md")
+
+#: built-in task -> (kind, return threshold). Thresholds: gymnasium's "solved"
+#: levels where it has one (CartPole-v1 475, Acrobot -100), the usual bars for
+#: Pendulum (-200) and MountainCarContinuous (90).
+TASKS: Dict[str, tuple] = {
+    "CartPole": ("discrete", 475.0),
+    "Acrobot": ("discrete", -100.0),
+    "Pendulum": ("continuous", -200.0),
+    "MountainCarContinuous": ("continuous", 90.0),
+}
+#: algorithm -> kinds of action space it supports.
+ALGOS: Dict[str, tuple] = {
+    "FastPPO": ("discrete", "continuous"),
+    "FastA2C": ("discrete", "continuous"),
+    "HTSPPO": ("discrete", "continuous"),
+    "HTSA2C": ("discrete", "continuous"),
+    "FastAPPO": ("discrete", "continuous"),
+    "FastA3C": ("discrete", "continuous"),
+    "FastDQN": ("discrete",),
+    "Rainbow": ("discrete",),
+    "EpsRainbow": ("discrete",),
+    "PopDQN": ("discrete",),
+    "PQL": ("continuous",),
+    "DDPGN": ("continuous",),
+    "SACN": ("continuous",),
+    "PopTD3": ("continuous",),
+    "PopSAC": ("continuous",),
+    "CEMRL": ("continuous",),
+    "DvD": ("continuous",),
+}
+
+
+def pairs(algos: List[str], tasks: List[str]) -> List[tuple]:
+    return [(a, t) for a in algos for t in tasks if TASKS[t][0] in ALGOS[a]]
+
+
+def run_one(algo: str, task: str, seed: int, budget_s: float, overrides: Optional[Dict[str, Any]] = None
+            ) -> Dict[str, Any]:
+    """Child process: train ``algo`` with its defaults (plus ``overrides``, for
+    comparing candidate defaults) on ``task`` until the threshold or the cap."""
+    import torch
+
+    torch.set_num_threads(1)
+    import rllib_fast  # noqa: F401  (registers everything)
+    from rllib_fast.algorithms import CONFIGS
+
+    threshold = TASKS[task][1]
+    cfg = CONFIGS[algo]().environment(task).debugging(seed=seed)
+    if overrides:
+        cfg = cfg.training(**overrides)
+    t0, c0 = time.perf_counter(), _cpu()
+    algo_obj = cfg.build_algo()
+    rec: Dict[str, Any] = dict(algo=algo, task=task, seed=seed, threshold=threshold, budget_s=budget_s,
+                               reached=False, best=None, iterations=0, overrides=overrides or {})
+    try:
+        while time.perf_counter() - t0 < budget_s:
+            r = algo_obj.train()
+            rec["iterations"] += 1
+            ret = r.get("env_runners", {}).get("episode_return_mean")
+            steps = r.get("num_env_steps_sampled_lifetime", 0)
+            if ret is not None and ret == ret:
+                rec["best"] = ret if rec["best"] is None else max(rec["best"], ret)
+            rec["env_steps"] = int(steps)
+            if ret is not None and ret >= threshold:
+                rec.update(reached=True, env_steps=int(steps), wall_s=time.perf_counter() - t0, cpu_s=_cpu() - c0)
+                break
+        else:
+            rec.update(wall_s=time.perf_counter() - t0, cpu_s=_cpu() - c0)
+    finally:
+        algo_obj.stop()
+    return rec
+
+
+def _cpu() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _spawn(algo: str, task: str, seed: int, budget_s: float, overrides: Optional[Dict[str, Any]] = None
+           ) -> Dict[str, Any]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", algo, task, str(seed), str(budget_s),
+           json.dumps(overrides or {})]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=budget_s + 240, env=env)
+    except subprocess.TimeoutExpired:
+        return dict(algo=algo, task=task, seed=seed, error=f"no result within {budget_s + 240:g} s")
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    err = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return dict(algo=algo, task=task, seed=seed, error=err[:300])
+
+
+def _load() -> Dict[str, Any]:
+    if os.path.exists(RESULTS):
+        with open(RESULTS) as f:
+            return json.load(f)
+    return {"meta": {}, "records": []}
+
+
+def _merge(old: List[Dict[str, Any]], new: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    key = lambda r: (r["algo"], r["task"], r["seed"])  # noqa: E731
+    merged = {key(r): r for r in old}
+    merged.update({key(r): r for r in new})
+    return sorted(merged.values(), key=lambda r: (list(ALGOS).index(r["algo"]) if r["algo"] in ALGOS else 99,
+                                                  list(TASKS).index(r["task"]) if r["task"] in TASKS else 99,
+                                                  r["seed"]))
+
+
+def _fmt(xs: List[float], spec: str) -> str:
+    if not xs:
+        return "–"
+    med = statistics.median(xs)
+    return (format(med, spec) if len(xs) == 1
+            else f"{format(med, spec)} [{format(min(xs), spec)}–{format(max(xs), spec)}]")
+
+
+def table(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
+    groups: Dict[tuple, List[Dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["algo"], r["task"]), []).append(r)
+    lines = ["# Default configurations: do they learn?", "",
+             "Every algorithm with **its default config** (`<Algo>Config().environment(task)`, nothing else set) "
+             "on each built-in task of its kind. Env steps, wall-clock and CPU seconds (process and children) "
+             "until the algorithm's reported mean return reaches the threshold; median [min–max] over the seeds "
+             "that reached it. Each run is its own process with one torch thread, runs one after another. "
+             "Written by `python benchmarks/defaults.py`.", "",
+             f"Machine: {meta.get('machine', '?')}; last run {meta.get('date', '?')}"
+             + (f"; note: {meta['note']}" if meta.get("note") else "") + ".", "",
+             "| algorithm | task (threshold) | reached | env steps | wall-clock s | CPU s | best return (not reached) |",
+             "| :--- | :--- | :--- | ---: | ---: | ---: | :--- |"]
+    for (algo, task), rs in groups.items():
+        ok = [r for r in rs if r.get("reached")]
+        failed = [r for r in rs if not r.get("reached")]
+        errs = [r["error"] for r in rs if r.get("error")]
+        seeds = ",".join(str(r["seed"]) for r in rs)
+        best = ", ".join(f"{r['best']:.1f} in {r.get('wall_s', 0):.0f} s" for r in failed if r.get("best") is not None)
+        if errs:
+            best = (best + "; " if best else "") + "error: " + errs[0]
+        lines.append(f"| {algo} | {task} ({TASKS.get(task, ('', '?'))[1]:g}) | {len(ok)}/{len(rs)} (seeds {seeds}) | "
+                     f"{_fmt([r['env_steps'] for r in ok], ',.0f')} | {_fmt([r['wall_s'] for r in ok], '.1f')} | "
+                     f"{_fmt([r['cpu_s'] for r in ok], '.1f')} | {best or '–'} |")
+    measured = {(r["algo"], r["task"]) for r in records}
+    missing = [f"{a} × {t}" for a, t in pairs(list(ALGOS), list(TASKS)) if (a, t) not in measured]
+    if missing:
+        lines += ["", "Not measured yet: " + ", ".join(missing) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _candidates(todo: List[tuple], overrides: Dict[str, Any], args: Any) -> None:
+    """Runs with ``overrides`` on top of the defaults, saved apart from the defaults' record."""
+    path = os.path.join(HERE, "results", "defaults_candidates.json")
+    data = json.load(open(path)) if os.path.exists(path) else {}
+    runs = data.setdefault(args.label, {"overrides": overrides, "records": []})
+    for i, (a, t, s) in enumerate(todo, 1):
+        rec = _spawn(a, t, s, args.budget, overrides)
+        runs["records"] = [r for r in runs["records"] if (r["algo"], r["task"], r["seed"]) != (a, t, s)] + [rec]
+        status = (f"reached in {rec['wall_s']:.1f} s / {rec['env_steps']:,} steps" if rec.get("reached")
+                  else rec.get("error") or f"best {rec.get('best')}")
+        print(f"[{args.label} {i}/{len(todo)}] {a:10s} {t:22s} seed {s}: {status}", flush=True)
+        with open(path, "w") as f:
+            json.dump(data, f, indent=1)
+    for (a, t) in sorted({(a, t) for a, t, _ in todo}):
+        rs = [r for r in runs["records"] if (r["algo"], r["task"]) == (a, t)]
+        ok = [r for r in rs if r.get("reached")]
+        print(f"{args.label}: {a} {t}: {len(ok)}/{len(rs)} reached; median wall "
+              f"{_fmt([r['wall_s'] for r in ok], '.1f')} s, env steps {_fmt([r['env_steps'] for r in ok], ',.0f')}")
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--one"]:
+        algo, task, seed, budget = argv[1], argv[2], int(argv[3]), float(argv[4])
+        overrides = json.loads(argv[5]) if len(argv) > 5 else {}
+        print(json.dumps(run_one(algo, task, seed, budget, overrides)), flush=True)
+        return
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--algos", default=",".join(ALGOS))
+    p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--budget", type=float, default=120.0, help="wall-clock cap per run, seconds")
+    p.add_argument("--note", default="", help="free text recorded with the run (e.g. machine load)")
+    p.add_argument("--replot", action="store_true", help="only rewrite docs/defaults.md from the JSON")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    p.add_argument("--set", default="", metavar="JSON",
+                   help="candidate defaults to compare (e.g. '{\"lr\": 1e-3}'); results go to "
+                        "results/defaults_candidates.json under --label, docs/defaults.md is not touched")
+    p.add_argument("--label", default="candidate")
+    args = p.parse_args(argv)
+    data = _load()
+    if not args.replot:
+        algos = [a for a in args.algos.split(",") if a]
+        tasks = [t for t in args.tasks.split(",") if t]
+        for name, known in (("algos", ALGOS), ("tasks", TASKS)):
+            bad = [x for x in (algos if name == "algos" else tasks) if x not in known]
+            if bad:
+                raise SystemExit(f"--{name}: unknown {bad}; allowed: {', '.join(known)}")
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        todo = [(a, t, s) for a, t in pairs(algos, tasks) for s in seeds]
+        if args.dry_run:
+            for a, t, s in todo:
+                print(a, t, s)
+            return
+        overrides = json.loads(args.set) if args.set else None
+        if overrides:
+            return _candidates(todo, overrides, args)
+        new = []
+        for i, (a, t, s) in enumerate(todo, 1):
+            rec = _spawn(a, t, s, args.budget)
+            new.append(rec)
+            status = (f"reached {TASKS[t][1]:g} in {rec['wall_s']:.1f} s / {rec['env_steps']:,} steps"
+                      if rec.get("reached") else rec.get("error") or f"best {rec.get('best')} (cap {args.budget:g} s)")
+            print(f"[{i}/{len(todo)}] {a:10s} {t:22s} seed {s}: {status}", flush=True)
+            data["records"] = _merge(data["records"], [rec])
+            os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+            with open(RESULTS, "w") as f:
+                json.dump(data, f, indent=1)
+        data["meta"] = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+                            machine=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, "
+                                    f"Python {platform.python_version()}", note=args.note)
+        with open(RESULTS, "w") as f:
+            json.dump(data, f, indent=1)
+    md = table(data["records"], data.get("meta", {}))
+    with open(DOC, "w") as f:
+        f.write(md)
+    print("\n" + md)
+
+
+if __name__ == "__main__":
+    main()
