@@ -162,8 +162,8 @@ def _rllib_on_episode_end(*, episode, prev_episode_chunks=None, **kwargs) -> Non
 RLLIB_PRESETS: Dict[str, Tuple[Dict[str, Any], Dict[str, Any]]] = {
     "example": (dict(lr=3e-4, num_epochs=6, vf_loss_coeff=0.01, train_batch_size_per_learner=4000, minibatch_size=128),
                 dict(fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)),
-    "tuned": (dict(lr=3e-4, num_epochs=6, vf_loss_coeff=0.01, train_batch_size_per_learner=2048, minibatch_size=512),
-              dict(fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)),
+    "tuned": (dict(lr=3e-4, num_epochs=6, vf_loss_coeff=0.5, train_batch_size_per_learner=2048, minibatch_size=512),
+              dict(fcnet_hiddens=[64, 64], fcnet_activation="tanh", vf_share_layers=False)),
 }
 # The small sweep behind "tuned": batch per iteration (T*N at N=64), minibatch,
 # epochs, lr, and the two model shapes RLlib's examples use (shared 32-unit linear
