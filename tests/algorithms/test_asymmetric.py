@@ -362,3 +362,86 @@ def test_pql_learns_with_an_asymmetric_critic():
     finally:
         algo.stop()
     assert best >= 30.0
+
+
+@pytest.fixture
+def ray_cpus():
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def test_data_parallel_learners_share_the_state_statistics(ray_cpus):
+    from rllib_fast.core.multi_learner import module_tensors
+
+    env, env_config = LAB
+    algo = (CONFIGS["FastPPO"]().environment(env, num_envs=16, env_config=env_config)
+            .training(rollout_length=8, num_minibatches=2, num_epochs=2).learners(num_learners=2)
+            .debugging(seed=0)).build_algo()
+    try:
+        assert _in_features(algo.module.vf) == STATE_DIM
+        for i in range(2):
+            algo.train()
+            local = torch.cat([t.detach().reshape(-1).double() for t in module_tensors(algo.module)])
+            assert torch.equal(local, algo._dp_group.parameter_vectors()[0]), f"learners diverged at {i}"
+        # the state statistics saw both learners' rollouts (one all-reduce per batch)
+        assert float(algo.module.state_norm.count) >= 2 * 2 * 8 * 8
+    finally:
+        algo.stop()
+
+
+def test_async_learners_with_states(ray_cpus):
+    env, env_config = LAB
+    algo = (CONFIGS["FastAPPO"]().environment(env, num_envs=8, env_config=env_config)
+            .training(num_async_learners=2, rollout_length=8, num_minibatches=2, decorrelate_steps=4)
+            .debugging(seed=0)).build_algo()
+    try:
+        assert _in_features(algo.module.vf) == STATE_DIM
+        r = algo.train()
+        assert r["num_env_steps_sampled_lifetime"] > 0
+        assert algo.get_module().forward_inference({"obs": torch.zeros(2, OBS_DIM)})["actions"].shape == (2, 2)
+    finally:
+        algo.stop()
+
+
+# -- mjlab Go1: a real task whose critic group (72 dims, privileged terms) differs from the actor's (48) ----
+def _mjlab_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("mjlab") is not None
+
+
+@pytest.mark.skipif(not _mjlab_available(), reason="needs mjlab")
+@pytest.mark.parametrize("name", ["FastPPO", "DDPGN"])
+def test_mjlab_go1_critic_reads_the_critic_group(name):
+    import os
+
+    # Warp's kernel cache inside the checkout's ignored build/ folder (as tests/envs/test_mjlab.py)
+    os.environ.setdefault("WARP_CACHE_PATH", os.path.join(os.path.dirname(__file__), "..", "..", "build",
+                                                          "warp-cache"))
+    os.environ.setdefault("MJLAB_WARP_QUIET", "1")
+    cfg = CONFIGS[name]().environment("mjlab:Mjlab-Velocity-Flat-Unitree-Go1", num_envs=4).debugging(seed=0)
+    if name == "FastPPO":
+        cfg.training(rollout_length=8, num_minibatches=2, num_epochs=1, decorrelate_steps=0)
+    else:
+        cfg.training(hidden_sizes=[32, 32], batch_size=16, learning_starts=16, steps_per_iteration=8)
+    algo = cfg.build_algo()
+    try:
+        assert algo.env.obs_shape == (48,) and algo.env.single_state_space.shape == (72,)
+        if name == "FastPPO":
+            assert _in_features(algo.module.vf) == 72 and _in_features(algo.module.pi) == 48
+        else:
+            assert _in_features(algo.v.critic.q1) == 72 + algo.dims.act_dim
+            assert _in_features(algo.actor.policy.net) == 48
+        for _ in range(2):
+            r = algo.train()["learners"]["default_policy"]
+        assert all(math.isfinite(v) for k, v in r.items() if k in ("vf_loss", "policy_loss", "critic_loss"))
+        if name == "FastPPO":
+            assert algo.storage["final_states"].shape[-1] == 72
+    finally:
+        algo.stop()
