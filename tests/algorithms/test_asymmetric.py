@@ -171,6 +171,8 @@ def test_checkpoint_round_trip_keeps_states_and_state_statistics(tmp_path):
         r2 = fresh.train()
         assert math.isfinite(r2["learners"]["default_policy"]["vf_loss"])
         assert r1["num_env_steps_sampled_lifetime"] == r2["num_env_steps_sampled_lifetime"]
+        ev = fresh.evaluate()["env_runners"]   # evaluation acts with the actor on observations only
+        assert ev["num_episodes"] > 0 and math.isfinite(ev["episode_return_mean"])
     finally:
         fresh.stop()
 
@@ -192,6 +194,7 @@ def test_hts_checkpoint_round_trip_with_states(tmp_path):
         assert torch.equal(fresh.buffers.read["states"], pending) and pending.abs().sum() > 0
         r = fresh.train()
         assert math.isfinite(r["learners"]["default_policy"]["vf_loss"])
+        assert fresh.evaluate()["env_runners"]["num_episodes"] > 0
     finally:
         fresh.stop()
 
@@ -295,6 +298,7 @@ def test_ddpgn_checkpoint_round_trip_with_states(tmp_path):
         assert torch.equal(fresh.v.replay.data["next_states"][:len(fresh.v.replay)], saved["replay"])
         r = fresh.train()["learners"]["default_policy"]
         assert math.isfinite(r["critic_loss"])
+        assert fresh.evaluate()["env_runners"]["num_episodes"] > 0
     finally:
         fresh.stop()
 
