@@ -34,6 +34,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 from torch.nn import functional as F
 
+from ...core.compile import compiled
 from ...core.normalize import RunningMeanStd
 from ...core.nstep import NStepAggregator
 from ...core.transition_replay import TransitionReplay
@@ -141,6 +142,7 @@ class ActorRole:
         self.sigma_table = mixed_sigma(num_envs, cfg.noise_std_min, cfg.noise_std_max, env_offset,
                                        total_envs or num_envs, device)
         self.steps = 0          # vectorised steps taken (host int)
+        self._act_fn = compiled(self._policy_act, cfg.compile, device)
         self.emitted = 0        # transitions emitted to the learners (host int)
 
     def stats(self) -> Optional[Tuple[torch.Tensor, ...]]:
@@ -165,12 +167,21 @@ class ActorRole:
         """Policy-unit actions in [-1, 1]."""
         if explore and self.steps < self.cfg.warmup_steps:
             return torch.rand((obs.shape[0], self.dims.act_dim), device=self.device) * 2.0 - 1.0
-        obs_n = normalize_obs(obs.float(), obs_stats(self.stats()), self.cfg.obs_clip)
+        noise = explore and not getattr(self.policy, "stochastic", False)
+        sigma = self.sigma()[:obs.shape[0]] if noise else None
+        return self._act_fn(obs, obs_stats(self.stats()), sigma, explore)
+
+    def _policy_act(self, obs: torch.Tensor, stats: Optional[Stats], sigma: Optional[torch.Tensor],
+                    explore: bool) -> torch.Tensor:
+        """The act step's tensor work (what ``compile`` compiles); the
+        exploration sigma comes in as a tensor, so a decaying schedule does
+        not recompile."""
+        obs_n = normalize_obs(obs.float(), stats, self.cfg.obs_clip)
         if getattr(self.policy, "stochastic", False):
             return self.policy.act(obs_n, deterministic=not explore)
         a = self.policy(obs_n)
         if explore:
-            a = (a + torch.randn_like(a) * self.sigma()[:obs.shape[0]]).clamp(-1.0, 1.0)
+            a = (a + torch.randn_like(a) * sigma).clamp(-1.0, 1.0)
         return a
 
     def to_env(self, a: torch.Tensor) -> torch.Tensor:
@@ -239,6 +250,7 @@ class CriticLearner:
         self.learning_starts = cfg.resolved_learning_starts()
         self.updates = 0
         self.loss_sum = torch.zeros(2, device=device)    # (sum of losses, sum of Q) since last read
+        self._loss_fn = compiled(self.loss, cfg.compile, device)
 
     def set_stats(self, stats: Optional[Tuple[torch.Tensor, ...]]) -> None:
         self._stats = None if stats is None else tuple(t.to(self.device) for t in stats)
@@ -250,9 +262,25 @@ class CriticLearner:
         self.replay.add({k: batch[k] for k in self.replay.data})
 
     def update(self) -> None:
-        cfg, live = self.cfg, self.live
-        b = self.replay.sample(self.batch_size)
-        stats, clip = self.stats_fn(), cfg.obs_clip
+        live = self.live
+        loss, q_mean = self._loss_fn(self.replay.sample(self.batch_size), self.stats_fn())
+        for g in self.optimizer.param_groups:
+            g["lr"] = live.lr
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if live.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), live.grad_clip, foreach=True)
+        self.optimizer.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.target.parameters()), list(self.critic.parameters()), live.tau)
+            self.loss_sum += torch.stack([loss.detach(), q_mean])
+        self.updates += 1
+
+    def loss(self, b: Dict[str, torch.Tensor], stats) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The critic update's forward (what ``compile`` compiles, its
+        backward with it): the masked double-Q loss and the mean Q."""
+        cfg = self.cfg
+        clip = cfg.obs_clip
         # the target policy reads next observations; the critics read states when asymmetric
         nxt = normalize_obs(b["next_obs"], obs_stats(stats), clip)
         if self.dims.state_dim is None:
@@ -282,18 +310,7 @@ class CriticLearner:
         else:
             per = (h1 - target).pow(2) + (h2 - target).pow(2)
             q_mean = h1.detach()
-        loss = (w * per).sum() / w.sum().clamp_min(1.0)
-        for g in self.optimizer.param_groups:
-            g["lr"] = live.lr
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if live.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), live.grad_clip, foreach=True)
-        self.optimizer.step()
-        with torch.no_grad():
-            torch._foreach_lerp_(list(self.target.parameters()), list(self.critic.parameters()), live.tau)
-            self.loss_sum += torch.stack([loss.detach(), q_mean.mean()])
-        self.updates += 1
+        return (w * per).sum() / w.sum().clamp_min(1.0), q_mean.mean()
 
     def take_metrics(self) -> torch.Tensor:
         out = self.loss_sum.clone()
@@ -351,6 +368,7 @@ class PolicyLearner:
         self.learning_starts = cfg.resolved_learning_starts()
         self.updates = 0
         self.loss_sum = torch.zeros(2, device=device)
+        self._loss_fn = compiled(self.loss, cfg.compile, device)
 
     set_stats = CriticLearner.set_stats
     ready = CriticLearner.ready
@@ -360,27 +378,16 @@ class PolicyLearner:
         self.replay.add({k: batch[k] for k in self.replay.data})
 
     def update(self) -> None:
-        cfg, live = self.cfg, self.live
+        live = self.live
         asym = self.dims.state_dim is not None
         b = self.replay.sample(self.batch_size, keys=("obs", "states", "valid") if asym else ("obs", "valid"))
-        stats = self.stats_fn()
-        obs = normalize_obs(b["obs"], obs_stats(stats), cfg.obs_clip)
-        c_obs = normalize_obs(b["states"], critic_stats(stats), cfg.obs_clip) if asym else obs
         w = b["valid"].float()
         wsum = w.sum().clamp_min(1.0)
         frozen = list(self.critic.parameters()) if self.shared_critic else []
         for p in frozen:
             p.requires_grad_(False)
         try:
-            if self.sac:
-                a, logp = self.policy.sample(obs)
-                q1, q2 = self.critic.q(c_obs, a)
-                alpha = self.policy.log_alpha.exp().detach()
-                loss = (w * (alpha * logp - torch.minimum(q1, q2))).sum() / wsum
-            else:
-                a = self.policy(obs)
-                q1, q2 = self.critic.q(c_obs, a)
-                loss = -(w * torch.minimum(q1, q2)).sum() / wsum
+            loss, a, logp = self._loss_fn(b, self.stats_fn())
         finally:
             for p in frozen:
                 p.requires_grad_(True)
@@ -400,6 +407,24 @@ class PolicyLearner:
             ent = -logp.detach().mean() if self.sac else a.detach().abs().mean()
             self.loss_sum += torch.stack([loss.detach(), ent])
         self.updates += 1
+
+    def loss(self, b: Dict[str, torch.Tensor], stats):
+        """The policy update's forward (what ``compile`` compiles, its
+        backward with it): the masked policy loss, the actions and (SAC) their
+        log-probabilities. Critic parameters are frozen around the call."""
+        cfg, asym = self.cfg, self.dims.state_dim is not None
+        obs = normalize_obs(b["obs"], obs_stats(stats), cfg.obs_clip)
+        c_obs = normalize_obs(b["states"], critic_stats(stats), cfg.obs_clip) if asym else obs
+        w = b["valid"].float()
+        wsum = w.sum().clamp_min(1.0)
+        if self.sac:
+            a, logp = self.policy.sample(obs)
+            q1, q2 = self.critic.q(c_obs, a)
+            alpha = self.policy.log_alpha.exp().detach()
+            return (w * (alpha * logp - torch.minimum(q1, q2))).sum() / wsum, a, logp
+        a = self.policy(obs)
+        q1, q2 = self.critic.q(c_obs, a)
+        return -(w * torch.minimum(q1, q2)).sum() / wsum, a, None
 
     def state_dict(self, with_replay: bool = False) -> Dict[str, object]:
         s = {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),

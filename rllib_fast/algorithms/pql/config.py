@@ -16,6 +16,7 @@ import torch
 
 from ...core.algorithm import FastConfig
 from ...core.nets import ACTIVATIONS
+from ...core.compile import COMPILE
 from ...core.params import POSITIVE_INT_LIST, Param, with_defaults
 from ...core.transition_replay import replay_bytes
 from ..asymmetric import ASYMMETRIC_CRITIC
@@ -93,6 +94,7 @@ class PQLFamilyConfig(FastConfig):
         "sac_log_std_bounds": Param([-5.0, 2.0], "SAC log-std range", (list, tuple),
                                     check=(lambda v: len(v) == 2 and v[0] < v[1], "[low, high] with low < high")),
         "checkpoint_replay": Param(False, "store the replay buffers in checkpoints", (bool,)),
+        "compile": COMPILE,
     }
 
     def __init__(self, algo_class=None):
