@@ -163,9 +163,21 @@ def export_module(module: RLModule, path: Union[str, pathlib.Path], format: str 
         if format == "torchscript":
             torch.jit.trace(graph, example, check_trace=False).save(path)
         else:
+            _require_onnx()
+            # torch.export-based exporter (the legacy TorchScript-based one is deprecated)
             torch.onnx.export(graph, (example,), path, input_names=["obs"], output_names=["actions"],
-                              dynamic_axes={"obs": {0: "batch"}, "actions": {0: "batch"}}, dynamo=False)
+                              dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True, verbose=False,
+                              external_data=False)
     return path
+
+
+def _require_onnx() -> None:
+    import importlib.util
+
+    missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ExportError(f"ONNX export needs {' and '.join(missing)}: pip install 'rllib_fast[export]' "
+                          "(or use format='torchscript', which needs only torch)")
 
 
 def export_policy(algo, path: Union[str, pathlib.Path], format: str = "onnx", member: Optional[int] = None) -> str:
