@@ -18,8 +18,9 @@ on. Parts, in order:
                component on the one GPU; achieved beta ratios
   population   PopTD3 with K = 8/16/64 members stacked vs one member
   hts          HTSPPO vs synchronous FastPPO over the sync interval alpha
-  mjlab        FastPPO vs rsl_rl on mjlab's Go1 velocity task (N = 4,096), only
-               when mjlab and benchmarks/mjlab.py (entry point gpu_kit) exist
+  mjlab        FastPPO vs rsl_rl on mjlab's Go1 velocity task (N = 4,096) when
+               mjlab is installed: through benchmarks/mjlab.py's gpu_kit(device,
+               num_envs, seconds) when that exists, else FastPPO's side alone
 
 Writes gpu.md and gpu.json (device name, torch/CUDA versions, every figure).
 
@@ -126,12 +127,21 @@ def algorithm_names() -> List[str]:
     return list(ALGORITHMS)
 
 
+MJLAB_TASK = "mjlab:Mjlab-Velocity-Flat-Unitree-Go1"
+# rsl_rl's PPO settings of that task (24 steps per env, 5 epochs x 4 minibatches, lr 1e-3)
+MJLAB_PPO = dict(rollout_length=24, num_epochs=5, num_minibatches=4, lr=1e-3)
+
+
+def mjlab_bench() -> bool:
+    """benchmarks/mjlab.py with the kit's entry point ``gpu_kit`` (read, not imported)."""
+    path = os.path.join(HERE, "mjlab.py")
+    return os.path.exists(path) and "def gpu_kit(" in open(path).read()
+
+
 def mjlab_status() -> str:
-    """'' when the mjlab part can run, else why not (one line)."""
+    """'' when mjlab is installed, else why the part is skipped (one line)."""
     import importlib.util
 
-    if not os.path.exists(os.path.join(HERE, "mjlab.py")):
-        return "benchmarks/mjlab.py is not in this checkout"
     saved = list(sys.path)
     try:
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
@@ -466,8 +476,15 @@ class Kit:
         why = mjlab_status()
         if why:
             return {"skipped": why}
-        return self.child_call("mjlab", self.left() - 30.0, device=self.args.device, num_envs=self.sz["mjlab_n"],
-                               seconds=self.sz["mjlab_s"])
+        n = self.sz["mjlab_n"]
+        if mjlab_bench():
+            return self.child_call("mjlab", self.left() - 30.0, device=self.args.device, num_envs=n,
+                                   seconds=self.sz["mjlab_s"])
+        row = self.arm(f"mjlab-fastppo-{n}", f"FastPPO {MJLAB_TASK} N={n}", "gpu:arm_fastppo_tput",
+                       dict(env=MJLAB_TASK, device=self.args.device, **MJLAB_PPO), n, "throughput",
+                       self.sz["mjlab_s"] + 300.0)   # + Warp compiling its kernels on first use
+        return dict(rows=[dict(env=MJLAB_TASK, impl="FastPPO", **row)], settings=MJLAB_PPO,
+                    note="rsl_rl side not run: benchmarks/mjlab.py has no gpu_kit(device, num_envs, seconds)")
 
 
 PARTS = [
@@ -562,7 +579,9 @@ def describe(args) -> List[str]:
         elif name == "mjlab":
             why = mjlab_status()
             lines.append(f"  skipped: {why}" if why else
-                         f"  mjlab:Mjlab-Velocity-Flat-Unitree-Go1 N={sz['mjlab_n']}, FastPPO vs rsl_rl")
+                         f"  {MJLAB_TASK} N={sz['mjlab_n']}, " + (
+                             "FastPPO vs rsl_rl (benchmarks/mjlab.py gpu_kit)" if mjlab_bench() else
+                             "FastPPO only (benchmarks/mjlab.py has no gpu_kit: no rsl_rl side)"))
     return lines
 
 
@@ -581,6 +600,14 @@ def _f(x: Any, nd: int = 1) -> str:
 
 def _arm_status(r: Dict[str, Any]) -> str:
     return "ok" if r.get("status") == "ok" else f"{r.get('status')}: {r.get('error') or ''}".strip()
+
+
+def _tput_table(rows: List[Dict[str, Any]]) -> List[str]:
+    return H.markdown_table(["env", "implementation", "N", "env-steps/s sampling", "env-steps/s whole iterations",
+                             "iterations timed", "status"],
+                            [[r["env"], r["impl"], r["num_envs"], H.fmt_sps(r.get("tput_sampling")),
+                              H.fmt_sps(r.get("tput_overall")), r.get("tput_iters"), _arm_status(r)]
+                             for r in rows]).splitlines()
 
 
 def build_report(payload: Dict[str, Any]) -> str:
@@ -613,13 +640,7 @@ def build_report(payload: Dict[str, Any]) -> str:
             out.append(f"Settings for both: horizon {TPUT['T']}, {TPUT['epochs']} epochs x {TPUT['minibatches']} "
                        f"minibatches, lr {TPUT['lr']:g}; {d.get('note', '')}.")
             out.append("")
-            rows = []
-            for r in d["rows"]:
-                rows.append([r["env"], r["impl"], r["num_envs"], H.fmt_sps(r.get("tput_sampling")),
-                             H.fmt_sps(r.get("tput_overall")), r.get("tput_iters"), _arm_status(r)])
-            out += H.markdown_table(["env", "implementation", "N", "env-steps/s sampling",
-                                     "env-steps/s whole iterations", "iterations timed", "status"],
-                                    rows).splitlines()
+            out += _tput_table(d["rows"])
             pairs = {}
             for r in d["rows"]:
                 if r["env"] == "CartPole":
@@ -665,6 +686,8 @@ def build_report(payload: Dict[str, Any]) -> str:
         elif name == "mjlab":
             if "skipped" in d:
                 out.append(f"skipped: {d['skipped']}")
+            elif "rows" in d and all("tput_overall" in r for r in d["rows"]):
+                out += [f"PPO settings {d.get('settings')}; {d.get('note', '')}.", ""] + _tput_table(d["rows"])
             else:
                 out.append("```")
                 out.append(json.dumps(d, indent=1, default=str)[:4000])
