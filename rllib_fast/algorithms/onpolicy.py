@@ -11,10 +11,11 @@ from typing import Any, Dict
 
 import ray
 import torch
-from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MEAN,
-                                     LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED, NUM_ENV_STEPS_TRAINED_LIFETIME)
+from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED,
+                                     NUM_ENV_STEPS_TRAINED_LIFETIME)
 
 from ..core.algorithm import FastAlgorithm, FastConfig
+from ..core.multi_learner import episode_report, log_learner_episodes
 from ..core.compile import COMPILE, compiled
 from ..core.nets import ACTIVATIONS
 from ..core.params import POSITIVE_INT_LIST, Param
@@ -26,7 +27,11 @@ POLICY = "default_policy"
 
 
 def masked_mean(x: torch.Tensor, w: torch.Tensor | None, denom: torch.Tensor | None) -> torch.Tensor:
-    return x.mean() if w is None else (x * w).sum() / denom
+    """Mean of ``x`` over the transitions ``w`` marks valid, as ``sum / denom``
+    (plain mean when neither weights nor denominator are given)."""
+    if w is None and denom is None:
+        return x.mean()
+    return (x if w is None else x * w).sum() / denom
 
 
 def standardize(a: torch.Tensor, w: torch.Tensor | None, reduce=None) -> torch.Tensor:
@@ -143,13 +148,25 @@ class OnPolicyAlgorithm(FastAlgorithm):
             self.obs = step.obs
             if self.states is not None:
                 self.states = step_states(step)
-        self.log_env_steps(k_max * n)
+        self.log_env_steps(k_max * n * self.world_size)  # every learner decorrelates its envs
         self.tracker.skip_current_episodes()
 
     @property
     def _reduce(self):
         """In-place sum over data-parallel learners, or None for one learner."""
         return None if self.dist is None else self.dist.sum_
+
+    def _mean_denominator(self, w: torch.Tensor | None, n: int) -> torch.Tensor | None:
+        """Denominator for :func:`masked_mean` over a batch of ``n`` transitions
+        with weights ``w`` (None: all valid). With L data-parallel learners it
+        is the global valid count / L, so the average of the learners' losses
+        (and gradients) is the masked mean over all learners' data even when
+        their valid counts differ; every learner calls it (one all-reduce),
+        whether or not it saw invalid transitions."""
+        if self.dist is None:
+            return None if w is None else w.sum().clamp_min(1.0)
+        count = w.sum() if w is not None else torch.full((), float(n), device=self.device)
+        return self.dist.sum_(count.detach().clone()).clamp_min(1.0) / self.dist.world_size
 
     def _apply_gradients(self) -> None:
         """Average gradients over learners, clip, step: the part of every
@@ -202,9 +219,10 @@ class OnPolicyAlgorithm(FastAlgorithm):
             self._rollout()
         with self.metrics.log_time(("timers", "learn")):
             self._learn()
-        self.tracker.log_to(self.metrics)
-        if remote:
-            self._log_all_learners_episodes(ray.get(remote))
+        if self.dist is None:
+            self.tracker.log_to(self.metrics)
+        elif self._dp_group is not None:  # learner 0 reports all learners' episodes as one population
+            log_learner_episodes(self.metrics, [episode_report(self.tracker), *ray.get(remote)])
         n = self.horizon * self.env.num_envs * self.world_size
         self.log_env_steps(n)
         self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), n,
@@ -213,18 +231,6 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.metrics.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, n, reduce="lifetime_sum")
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), self.training_intensity(), window=1)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_learners"), self.world_size, window=1)
-
-    def _log_all_learners_episodes(self, remote_summaries: list) -> None:
-        """Episode means over all learners' windows, weighted by episodes held
-        (one host sync per iteration for the local part)."""
-        local = {k: float(v) for k, v in self.tracker.summary().items()}
-        local["episodes_in_window"] = float(self.tracker.filled)
-        for key in (EPISODE_RETURN_MEAN, EPISODE_LEN_MEAN):
-            parts = [(s[key], s["episodes_in_window"]) for s in [local, *remote_summaries]
-                     if s["episodes_in_window"] > 0]
-            if parts:
-                total = sum(w for _, w in parts)
-                self.metrics.log_value((ENV_RUNNER_RESULTS, key), sum(v * w for v, w in parts) / total, window=1)
 
     @torch.no_grad()
     def _rollout(self) -> None:

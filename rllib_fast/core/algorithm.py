@@ -312,9 +312,10 @@ class FastAlgorithm(Algorithm):
         self._applied_lr = self.configured_lr()  # what build() gave the optimizers
         self._dp_group = None
         if self.world_size > 1:
-            from .multi_learner import DataParallelGroup
+            from .multi_learner import DataParallelGroup, remote_learner_rank
 
-            self._dp_group = DataParallelGroup(self, self.world_size)
+            if remote_learner_rank() is None:  # learners 1..L-1 join learner 0's group instead
+                self._dp_group = DataParallelGroup(self, self.world_size)
 
     def local_num_envs(self) -> int:
         """Envs this process steps: its share of data-parallel learners'
@@ -577,6 +578,8 @@ class FastAlgorithm(Algorithm):
             self._build_all()
         else:
             self.apply_live_hyperparameters()
+            if self._dp_group is not None:  # learners 1..L-1 take the same config
+                self._dp_group.reset_config(cfg)
         return True
 
     @classmethod

@@ -3,9 +3,14 @@
 The driving algorithm is learner 0: it keeps its own share of the envs, its
 module and optimizer, so ``get_module()``, evaluation and checkpoints work as
 with one learner. Each remote learner builds the same algorithm class locally
-with ``num_envs / L`` envs and its own seed, joins the torch.distributed
-group (gloo on CPU, NCCL on CUDA), and receives learner 0's parameters and
-statistics, after which every update is identical on all learners.
+from the same (global) config, differing only in its seed: every quantity
+derived from the config (the horizon under ``total_batch_size``, the lr under
+FastA2C's sqrt rule) is therefore the same on all learners, and each steps its
+share ``num_envs / L`` of the envs (``FastAlgorithm.local_num_envs``). It joins
+the torch.distributed group (gloo on CPU, NCCL on CUDA) and receives learner
+0's parameters and statistics, after which every update is identical on all
+learners. A config change (``reset_config``, PBT with ``reuse_actors``) goes
+to every learner.
 
 Actors ask Ray for ``num_cpus_per_learner``/``num_gpus_per_learner``; inside a
 Tune trial they land in the trial's placement group (see
@@ -13,12 +18,25 @@ Tune trial they land in the trial's placement group (see
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import math
+from typing import Any, Dict, List, Optional
 
 import ray
 import torch
+from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX, EPISODE_RETURN_MEAN,
+                                     EPISODE_RETURN_MIN, NUM_EPISODES, NUM_EPISODES_LIFETIME)
 
 from .distributed import DistributedContext, free_port
+
+# The rank of the learner this process hosts when it is a remote learner (1..L-1);
+# None in the driver. Its algorithm then joins the driver's group instead of
+# starting one of its own.
+_REMOTE_RANK: Optional[int] = None
+
+
+def remote_learner_rank() -> Optional[int]:
+    """This process's learner rank if it hosts a remote learner, else None."""
+    return _REMOTE_RANK
 
 
 def close_actors(actors: list, timeout_s: float = 30.0) -> None:
@@ -32,14 +50,45 @@ def close_actors(actors: list, timeout_s: float = 30.0) -> None:
         ray.kill(a)
 
 
-def learner_config(config: Any, rank: int, world_size: int):
-    """Learner ``rank``'s config: its env share and its own seed."""
+def learner_config(config: Any, rank: int):
+    """Learner ``rank``'s config: the trial's config with its own seed (and no
+    evaluation, which learner 0 does). ``num_envs`` and ``num_learners`` stay
+    global, so derived quantities agree with learner 0's; the env share is
+    ``FastAlgorithm.local_num_envs``."""
     cfg = config.copy(copy_frozen=False)
-    cfg.num_learners = 0
-    cfg.num_envs = config.num_envs // world_size
     cfg.seed = (config.seed if config.seed is not None else 0) + 1_000_003 * rank
     cfg.evaluation_interval = None
     return cfg
+
+
+def episode_report(tracker: Any) -> Dict[str, float]:
+    """One learner's episode statistics for the all-learner report (one host
+    sync); counts the episodes finished since the last report."""
+    s = tracker.summary()
+    values = torch.stack([s[EPISODE_RETURN_MEAN], s[EPISODE_LEN_MEAN], s[EPISODE_RETURN_MIN],
+                          s[EPISODE_RETURN_MAX], tracker.filled.double(),
+                          tracker.finished_since_log.double()]).tolist()
+    tracker.finished_since_log.zero_()
+    keys = (EPISODE_RETURN_MEAN, EPISODE_LEN_MEAN, EPISODE_RETURN_MIN, EPISODE_RETURN_MAX,
+            "episodes_in_window", NUM_EPISODES)
+    return dict(zip(keys, values))
+
+
+def log_learner_episodes(metrics: Any, reports: List[Dict[str, float]]) -> None:
+    """Log every learner's episodes as one population: means weighted by the
+    episodes each window holds, min/max over all windows, counts summed."""
+    held = [r for r in reports if r["episodes_in_window"] > 0]
+    total = sum(r["episodes_in_window"] for r in held)
+    for key in (EPISODE_RETURN_MEAN, EPISODE_LEN_MEAN):
+        value = sum(r[key] * r["episodes_in_window"] for r in held) / total if held else math.nan
+        metrics.log_value((ENV_RUNNER_RESULTS, key), value, window=1)
+    metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MIN), min(r[EPISODE_RETURN_MIN] for r in reports),
+                      window=1)
+    metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MAX), max(r[EPISODE_RETURN_MAX] for r in reports),
+                      window=1)
+    finished = int(sum(r[NUM_EPISODES] for r in reports))
+    metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES), finished, reduce="sum")
+    metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES_LIFETIME), finished, reduce="lifetime_sum")
 
 
 def module_tensors(module: torch.nn.Module) -> List[torch.Tensor]:
@@ -50,10 +99,16 @@ def module_tensors(module: torch.nn.Module) -> List[torch.Tensor]:
 @ray.remote
 class RemoteLearner:
     def __init__(self, algo_cls, config_state: Dict[str, Any], rank: int, world_size: int):
+        # Ray may ship this class by value, with a globals dict of its own: mark the
+        # imported module, which `remote_learner_rank()` reads.
+        import rllib_fast.core.multi_learner as this_module
+
         torch.set_num_threads(1)
+        this_module._REMOTE_RANK = rank
+        self.algo_cls = algo_cls
         cfg = algo_cls.get_default_config().from_state(config_state)
         self.rank, self.world_size = rank, world_size
-        self.algo = algo_cls(config=learner_config(cfg, rank, world_size))
+        self.algo = algo_cls(config=learner_config(cfg, rank))
 
     def join(self, init_method: str) -> bool:
         self.algo.dist = DistributedContext(self.rank, self.world_size, init_method, self.algo.device)
@@ -63,9 +118,17 @@ class RemoteLearner:
     def train_step(self) -> Dict[str, float]:
         algo = self.algo
         algo.training_step()
-        summary = {k: float(v) for k, v in algo.tracker.summary().items()}
-        summary["episodes_in_window"] = float(algo.tracker.filled)
-        return summary
+        algo.metrics.reduce()  # nobody reads a remote learner's metrics; keep them from accumulating
+        return episode_report(algo.tracker)
+
+    def reset_config(self, config_state: Dict[str, Any]) -> bool:
+        """Take the trial's new config, as learner 0 did (its live keys applied
+        in place; learner 0 rebuilds the group itself on a structural change)."""
+        cfg = learner_config(self.algo_cls.get_default_config().from_state(config_state), self.rank)
+        # Only changes that keep the env are forwarded here; a callable env arrives
+        # re-pickled (a new object comparing unequal), which must not read as a new env.
+        cfg.env = self.algo.config.env
+        return self.algo.reset_config(cfg)
 
     def get_state(self) -> Dict[str, Any]:
         return self.algo.get_state()
@@ -107,6 +170,11 @@ class DataParallelGroup:
 
     def set_states(self, states: List[Dict[str, Any]]) -> None:
         ray.get([w.set_state.remote(s) for w, s in zip(self.remotes, states)])
+
+    def reset_config(self, config: Any) -> None:
+        """Give learners 1..L-1 the trial's new config (learner 0 has it)."""
+        state = config.get_state()
+        ray.get([w.reset_config.remote(state) for w in self.remotes])
 
     def parameter_vectors(self) -> List[torch.Tensor]:
         return ray.get([w.parameter_vector.remote() for w in self.remotes])

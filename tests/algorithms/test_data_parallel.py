@@ -1,5 +1,6 @@
 """num_learners=2 through Ray actors (gloo on CPU)."""
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -85,3 +86,152 @@ def test_two_learner_ppo_learns_cartpole():
             break
     algo.stop()
     assert best >= 475
+
+
+def _remote(algo, fn):
+    """Run ``fn(remote_learner_algorithm)`` on learner 1 (test instrumentation)."""
+    return ray.get(algo._dp_group.remotes[0].__ray_call__.remote(lambda actor: fn(actor.algo)))
+
+
+def _count_env_steps(algo):
+    """Wrap ``algo.env.step`` to count the env steps it really takes."""
+    env, step = algo.env, algo.env.step
+    env.steps_taken = 0
+
+    def counting(action):
+        env.steps_taken += env.num_envs
+        return step(action)
+
+    env.step = counting
+    return True
+
+
+def test_derived_quantities_come_from_the_global_config_on_every_learner():
+    """lr_rule='sqrt' and total_batch_size are computed from the trial's total
+    num_envs on every learner (a remote learner used to see only its share:
+    lr 6.26e-4 instead of 8.85e-4, horizon 16 instead of 8); the env steps
+    reported are the env steps all learners took."""
+    cfg = FastA2CConfig().environment("CartPole", num_envs=16).training(
+        lr_rule="sqrt", total_batch_size=128, decorrelate_steps=4).learners(num_learners=2).reporting(
+        metrics_num_episodes_for_smoothing=10_000).debugging(seed=4)
+    algo = cfg.build_algo()
+    lr = cfg.effective_lr()
+    assert lr == pytest.approx(7e-4 * math.sqrt(128 / 80))  # 8.85e-4
+    assert algo.horizon == 8 and _remote(algo, lambda a: a.horizon) == 8
+    assert _remote(algo, lambda a: a.optimizer.param_groups[0]["lr"]) == algo.optimizer.param_groups[0]["lr"] == lr
+    _count_env_steps(algo)
+    _remote(algo, _count_env_steps)
+    iters = 3
+    for i in range(iters):
+        r = algo.train()
+        assert torch.equal(_vector(algo), algo._dp_group.parameter_vectors()[0]), f"learners diverged at {i}"
+    taken = algo.env.steps_taken + _remote(algo, lambda a: a.env.steps_taken)
+    assert taken == iters * 128
+    decorrelation = 4 * 16  # both learners' envs
+    assert r["num_env_steps_sampled_lifetime"] == taken + decorrelation
+    assert r["learners"]["__all_modules__"]["num_env_steps_trained_lifetime"] == taken
+
+    # episodes: one population over both learners (the window holds every episode so far)
+    def window(a):
+        n = int(a.tracker.filled)
+        return a.tracker.ring_ret[:n].tolist(), [float(x) for x in a.tracker.ring_len[:n]]
+
+    rets0, lens0 = window(algo)
+    rets1, lens1 = _remote(algo, window)
+    assert rets0 and rets1
+    er = r["env_runners"]
+    assert er["num_episodes_lifetime"] == len(rets0) + len(rets1)
+    assert er["episode_return_min"] == min(rets0 + rets1)
+    assert er["episode_return_max"] == max(rets0 + rets1)
+    assert er["episode_return_mean"] == pytest.approx(float(np.mean(rets0 + rets1)))
+    assert er["episode_len_mean"] == pytest.approx(float(np.mean(lens0 + lens1)))
+    algo.stop()
+
+
+def test_reset_config_reaches_every_learner():
+    """PBT with reuse_actors: a live change (lr, entropy_coeff) applies to
+    learners 1..L-1 too, and they stay bit-identical to learner 0."""
+    cfg = FastA2CConfig().environment("CartPole", num_envs=8).training(rollout_length=8).learners(
+        num_learners=2).debugging(seed=5)
+    algo = cfg.build_algo()
+    algo.train()
+    new = cfg.copy(copy_frozen=False).training(lr=2e-3, entropy_coeff=0.05)
+    assert algo.reset_config(new.to_dict())
+    assert _remote(algo, lambda a: (a.config.lr, a.config.entropy_coeff)) == (2e-3, 0.05)
+    assert _remote(algo, lambda a: a.optimizer.param_groups[0]["lr"]) == 2e-3
+    for i in range(2):
+        algo.train()
+        assert torch.equal(_vector(algo), algo._dp_group.parameter_vectors()[0]), f"learners diverged at {i}"
+    algo.stop()
+
+
+class _ThreadGroup:
+    """In-process stand-in for the torch.distributed group: learners are
+    threads, ``sum_`` adds their tensors in rank order (the collectives of
+    ``DistributedContext`` that an update uses)."""
+
+    def __init__(self, n):
+        self.n, self.slots = n, [None] * n
+        self.barrier = threading.Barrier(n, timeout=120)
+
+    def context(self, rank):
+        from rllib_fast.core.distributed import DistributedContext
+
+        group = self
+
+        class Ctx:
+            world_size, _flat = group.n, None
+            average_gradients = DistributedContext.average_gradients
+
+            def sum_(self, t):
+                group.slots[rank] = t.detach().clone()
+                group.barrier.wait()
+                total = group.slots[0].clone()
+                for s in group.slots[1:]:
+                    total += s
+                group.barrier.wait()
+                return t.copy_(total)
+
+            def mean_(self, t):
+                return self.sum_(t).div_(group.n)
+
+        return Ctx()
+
+
+def test_masked_means_are_global_when_valid_counts_differ():
+    """Two learners with different numbers of valid transitions (one sees
+    none invalid) make the same update as one learner on all their data: the
+    masked mean over the union, not the average of per-learner means."""
+    def build(n):
+        return FastA2CConfig().environment("CartPole", num_envs=n).training(
+            decorrelate_steps=0, grad_clip=None).debugging(seed=6).build_algo()
+
+    ref, learners = build(8), [build(4), build(4)]
+    ref._rollout()
+    valid = torch.ones_like(ref.storage["valid"])
+    valid[2:, :4] = False          # learner 0 keeps 2 of 5 steps valid in each env, learner 1 all
+    ref.storage["valid"].copy_(valid)
+    ref.any_invalid = True
+    group = _ThreadGroup(2)
+    for rank, algo in enumerate(learners):
+        algo.module.load_state_dict(ref.module.state_dict())
+        for k, v in ref.storage.data.items():
+            algo.storage[k].copy_(v[:, 4 * rank:4 * rank + 4])
+        algo.any_invalid = rank == 0
+        algo.dist = group.context(rank)
+    before = _vector(ref)
+    threads = [threading.Thread(target=a._learn) for a in learners]
+    for t in threads:
+        t.start()
+    ref._learn()
+    for t in threads:
+        t.join()
+    assert torch.equal(_vector(learners[0]), _vector(learners[1]))
+    assert (_vector(ref) - before).abs().max() > 1e-4      # the update moved the parameters
+    # the applied (averaged) gradient is the gradient of the masked mean over all data
+    for p_learner, p_ref in zip(learners[0].params, ref.params):
+        assert torch.allclose(p_learner.grad, p_ref.grad, rtol=1e-4, atol=1e-7)
+    assert torch.allclose(_vector(learners[0]), _vector(ref), rtol=0, atol=1e-6)
+    for a in (ref, *learners):
+        a.dist = None
+        a.stop()

@@ -49,7 +49,7 @@ class FastA2C(OnPolicyAlgorithm):
     def _learn(self) -> None:
         cfg, st = self.config, self.storage
         adv, targets, _, w = self._targets()
-        denom = w.sum().clamp_min(1.0) if w is not None else None
+        denom = self._mean_denominator(w, adv.numel())  # global masked means across learners
         if cfg.normalize_advantages:
             adv = standardize(adv, w, self._reduce)
         critic_in = st.flat(self.critic_key)   # the observations, or the source's states (asymmetric)
