@@ -1,0 +1,353 @@
+"""mjlab side by side: rsl_rl's own runner vs FastPPO vs PQL on Mjlab-Cartpole-Balance.
+
+Every arm runs in its own child process (``_harness.run_arms``), one at a time:
+
+* ``rsl_rl-<N>``: mjlab's own training stack, unchanged: the task's env config with
+  mjlab's auto-reset, ``RslRlVecEnvWrapper`` with the registered rsl_rl config's
+  ``clip_actions`` and the runner mjlab registers for the task (``MjlabOnPolicyRunner``
+  unless the task names another) built from the registered rsl_rl config as is, with
+  ``init_at_random_ep_len=True`` as mjlab's train script. The runner is driven one
+  iteration at a time (``learn(1)``); its logger only counts returns when it writes
+  logs, so the arm sums rewards per env itself (one host copy per step, as rsl_rl's
+  logger does) over the last 100 episodes, like FastPPO's ``episode_return_mean``;
+* ``fastppo-<N>``: FastPPO with its defaults on ``mjlab:Mjlab-Cartpole-Balance``;
+* ``fastppo_rsl-<N>``: FastPPO with the rsl_rl config's settings (32 steps/env,
+  5 epochs x 4 minibatches, lr 1e-3 at KL 0.01, entropy 0.01, [64, 64] ELU, value
+  coefficient 1, grad norm 1);
+* ``pql-<N>``: PQL with the small-task sizes (``pql/tuned.py``);
+* throughput arms ``tput:raw-<N>`` (the mjlab env itself, zero actions, mjlab's
+  auto-reset: the simulator's ceiling) and ``tput:adapter-<N>`` (the ``mjlab:``
+  source with its exact terminal observations, zero actions): every learn arm's
+  overall env-steps/s is reported against the raw ceiling at its N.
+
+The target is a mean return of 45 of Cartpole balance's maximum 50 (mjlab scales
+rewards by the 0.05 s step). ``--go1`` adds Go1 flat throughput arms (raw, adapter,
+rsl_rl, FastPPO) at ``--go1-envs``. PBT is not implemented here.
+
+This file is named ``mjlab.py`` as asked; its directory is on ``sys.path`` in the
+harness children, where it would shadow the mjlab package, so it removes that
+directory from ``sys.path`` on import and every arm renames this module in
+``sys.modules`` before importing mjlab.
+
+Examples::
+
+    python benchmarks/mjlab.py --list
+    python benchmarks/mjlab.py --quick --arms rsl_rl-256,fastppo_rsl-256,tput:raw-256
+    python benchmarks/mjlab.py --seeds 0,1 --budget 600
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+import _harness as H  # noqa: E402
+
+# -- un-shadow the mjlab package (see the module docstring) ------------------------------
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != HERE]
+
+
+def _unshadow() -> None:
+    """In a harness child this file was imported as ``mjlab``: give the name back to
+    the package before an arm imports it (after the import finished: importlib
+    expects the name to stay registered while it loads a module)."""
+    mod = sys.modules.get("mjlab")
+    if getattr(mod, "__file__", None) == os.path.abspath(__file__):
+        sys.modules["rllib_fast_bench_mjlab"] = sys.modules.pop("mjlab")
+
+
+os.environ.setdefault("WARP_CACHE_PATH", os.path.join(os.path.dirname(HERE), "build", "warp-cache"))
+os.environ.setdefault("MJLAB_WARP_QUIET", "1")
+
+NAME = "mjlab"
+TASK = "Mjlab-Cartpole-Balance"
+GO1 = "Mjlab-Velocity-Flat-Unitree-Go1"
+TARGET = 45.0
+NS = (256, 1024)
+RSL_STYLE = dict(rollout_length=32, num_epochs=5, num_minibatches=4, lr=1e-3, adaptive_lr_kl_target=0.01,
+                 entropy_coeff=0.01, hidden_sizes=[64, 64], activation="elu", vf_loss_coeff=1.0, grad_clip=1.0,
+                 decorrelate_steps=1)
+FN = "mjlab:"  # arm functions: the harness child imports this file by its name
+
+
+def _finite(x: Any) -> Optional[float]:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+# ---------------------------------------------------------------------------------------
+# arms (child side)
+# ---------------------------------------------------------------------------------------
+def _mjlab_env(task: str, num_envs: int, seed: int, device: str = "cpu"):
+    import mjlab.tasks  # noqa: F401
+    from mjlab.envs import ManagerBasedRlEnv
+    from mjlab.tasks.registry import load_env_cfg
+
+    cfg = load_env_cfg(task)
+    cfg.scene.num_envs, cfg.seed = num_envs, seed
+    return ManagerBasedRlEnv(cfg, device=device)
+
+
+def arm_rsl_rl(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str = "cpu") -> None:
+    _unshadow()
+    import dataclasses
+
+    import torch
+    from mjlab.rl import RslRlVecEnvWrapper
+    from mjlab.rl.runner import MjlabOnPolicyRunner
+    from mjlab.tasks.registry import load_rl_cfg, load_runner_cls
+
+    rl_cfg = load_rl_cfg(task)
+    rl_cfg.seed = ctx.seed
+    ctx.note(rl_cfg=dataclasses.asdict(rl_cfg))
+    torch.manual_seed(ctx.seed)
+    ctx.start_clock()
+    env = RslRlVecEnvWrapper(_mjlab_env(task, num_envs, ctx.seed, device), clip_actions=rl_cfg.clip_actions)
+    runner = (load_runner_cls(task) or MjlabOnPolicyRunner)(env, dataclasses.asdict(rl_cfg), None, device)
+    returns: collections.deque = collections.deque(maxlen=100)
+    acc = torch.zeros(num_envs, device=device)
+    step = env.step
+
+    def counted(actions):
+        out = step(actions)
+        acc.add_(out[1])
+        done = out[2] > 0
+        if bool(done.any()):
+            returns.extend(acc[done].tolist())
+            acc[done] = 0.0
+        return out
+
+    env.step = counted
+    ctx.timed(env, "step", lambda out, a, k: num_envs)
+    steps, first = 0, True
+    while True:
+        runner.learn(1, init_at_random_ep_len=first)
+        first = False
+        steps += rl_cfg.num_steps_per_env * num_envs
+        ret = sum(returns) / len(returns) if returns else None
+        if ctx.report(steps, ret):
+            break
+
+
+def _train_loop(ctx: H.ArmContext, algo) -> None:
+    try:
+        while True:
+            r = algo.train()
+            if ctx.report(r["num_env_steps_sampled_lifetime"], _finite(r["env_runners"].get("episode_return_mean"))):
+                break
+    finally:
+        algo.stop()
+
+
+def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "defaults", task: str = TASK,
+                device: str = "cpu") -> None:
+    _unshadow()
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+
+    kw = dict(RSL_STYLE) if preset == "rsl" else {}
+    ctx.note(hyperparameters=kw, preset=preset)
+    cfg = (FastPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device)
+           .training(**kw).debugging(seed=ctx.seed))
+    ctx.start_clock()
+    algo = cfg.build_algo()
+    ctx.timed(algo, "_rollout", lambda out, a, k: algo.horizon * num_envs)
+    _train_loop(ctx, algo)
+
+
+def arm_pql(ctx: H.ArmContext, num_envs: int, task: str = TASK) -> None:
+    _unshadow()
+    from rllib_fast.algorithms.pql import PQLConfig
+    from rllib_fast.presets import preset
+
+    kw = {k: v for k, v in preset("PQL", "Pendulum").items() if k != "num_envs"}
+    ctx.note(hyperparameters=kw)
+    cfg = PQLConfig().environment(f"mjlab:{task}", num_envs=num_envs).training(**kw).debugging(seed=ctx.seed)
+    ctx.start_clock()
+    _train_loop(ctx, cfg.build_algo())
+
+
+def arm_raw(ctx: H.ArmContext, num_envs: int, source: str = "raw", task: str = TASK, chunk: int = 32,
+            device: str = "cpu") -> None:
+    """Zero actions, ``chunk`` steps per report: the mjlab env itself (auto-reset) or
+    the ``mjlab:`` source (exact terminal observations)."""
+    _unshadow()
+    import torch
+
+    ctx.start_clock()
+    if source == "raw":
+        env = _mjlab_env(task, num_envs, ctx.seed, device)
+        env.reset()
+        act = torch.zeros(num_envs, env.single_action_space.shape[0], device=device)
+    else:
+        from rllib_fast.envs import make
+
+        env = make(f"mjlab:{task}", num_envs=num_envs, device=device, seed=ctx.seed)
+        env.reset()
+        act = torch.zeros(num_envs, *env.action_shape, device=device)
+    steps = 0
+    while True:
+        for _ in range(chunk):
+            env.step(act)
+        steps += chunk * num_envs
+        if ctx.report(steps, None):
+            break
+
+
+def all_arms(go1_envs: int = 0) -> List[H.Arm]:
+    arms: List[H.Arm] = []
+    for n in NS:
+        arms += [
+            H.Arm(f"rsl_rl-{n}", "rsl_rl", f"rsl_rl OnPolicyRunner (mjlab's config) N={n}", FN + "arm_rsl_rl",
+                  {"num_envs": n}, num_envs=n),
+            H.Arm(f"fastppo-{n}", "FastPPO", f"FastPPO defaults N={n}", FN + "arm_fastppo",
+                  {"num_envs": n}, num_envs=n),
+            H.Arm(f"fastppo_rsl-{n}", "FastPPO-rsl", f"FastPPO rsl_rl settings N={n}", FN + "arm_fastppo",
+                  {"num_envs": n, "preset": "rsl"}, num_envs=n),
+            H.Arm(f"pql-{n}", "PQL", f"PQL (small-task sizes) N={n}", FN + "arm_pql", {"num_envs": n}, num_envs=n),
+            H.Arm(f"raw-{n}", "raw", "mjlab env, zero actions", FN + "arm_raw", {"num_envs": n},
+                  num_envs=n, mode="throughput"),
+            H.Arm(f"adapter-{n}", "adapter", "mjlab: source, zero actions", FN + "arm_raw",
+                  {"num_envs": n, "source": "adapter"}, num_envs=n, mode="throughput"),
+        ]
+    if go1_envs:
+        n = go1_envs
+        arms += [
+            H.Arm(f"go1_raw-{n}", "Go1 raw", "Go1 mjlab env, zero actions", FN + "arm_raw",
+                  {"num_envs": n, "task": GO1, "chunk": 4}, num_envs=n, mode="throughput"),
+            H.Arm(f"go1_adapter-{n}", "Go1 adapter", "Go1 mjlab: source, zero actions", FN + "arm_raw",
+                  {"num_envs": n, "task": GO1, "chunk": 4, "source": "adapter"}, num_envs=n, mode="throughput"),
+            H.Arm(f"go1_rsl_rl-{n}", "Go1 rsl_rl", "Go1 rsl_rl runner", FN + "arm_rsl_rl",
+                  {"num_envs": n, "task": GO1}, num_envs=n, mode="throughput"),
+            H.Arm(f"go1_fastppo-{n}", "Go1 FastPPO", "Go1 FastPPO (rsl_rl settings)", FN + "arm_fastppo",
+                  {"num_envs": n, "task": GO1, "preset": "rsl"}, num_envs=n, mode="throughput"),
+        ]
+    return arms
+
+
+# ---------------------------------------------------------------------------------------
+# report (parent side)
+# ---------------------------------------------------------------------------------------
+def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
+    rows = H.aggregate_learn(records)
+    tp = H.aggregate_throughput(records)
+    raw = tp.get("raw", {})
+    lines = [f"# mjlab: rsl_rl vs FastPPO vs PQL on {TASK} (target mean return {meta['target']:g} of 50)", "",
+             f"{meta['date']}, {meta['machine']}, {meta['threads']} torch thread(s) per arm, seeds {meta['seeds']}, "
+             f"{meta['budget']:g} s cap per learn arm, commit {meta.get('commit')}.", ""]
+    if meta.get("under_load"):
+        lines += [f"**Taken under load** ({meta['under_load']}): absolute times and throughputs are lower "
+                  "bounds; compare arms only within this file.", ""]
+    lines += ["## Learning", "", H.learn_table(rows), ""]
+    over = []
+    for r in rows:
+        ceiling = (raw.get(int(r["num_envs"] or 0)) or {}).get("tput_overall")
+        if ceiling and r.get("sps_overall"):
+            over.append([r["label"], r["num_envs"], H.fmt_sps(r["sps_overall"]), H.fmt_sps(ceiling),
+                         f"{100.0 * (1.0 - r['sps_overall'] / ceiling):.0f}%"])
+    if over:
+        lines += ["## Overhead over the raw simulator (zero actions, same N)", "",
+                  H.markdown_table(["arm", "N", "env-steps/s overall", "raw sim env-steps/s",
+                                    "time not spent stepping the sim"], over), ""]
+    if tp:
+        ns = sorted({n for by_n in tp.values() for n in by_n})
+        lines += ["## Throughput (env-steps/s)", "", H.throughput_table(tp, ns), ""]
+    return "\n".join(lines)
+
+
+def gpu_kit(device: str, num_envs: int, seconds: float) -> Dict[str, Any]:
+    """Entry point of benchmarks/gpu.py: Go1 flat env-steps/s of rsl_rl's runner and
+    FastPPO (rsl_rl settings) on ``device`` at ``num_envs``, each in a child process
+    with half of ``seconds``."""
+    logdir = H.default_logdir(NAME + "_gpu")
+    arms = [H.Arm(f"go1_rsl_rl-{num_envs}", "Go1 rsl_rl", "Go1 rsl_rl runner", FN + "arm_rsl_rl",
+                  {"num_envs": num_envs, "task": GO1, "device": device}, num_envs=num_envs, mode="throughput"),
+            H.Arm(f"go1_fastppo-{num_envs}", "Go1 FastPPO", "Go1 FastPPO", FN + "arm_fastppo",
+                  {"num_envs": num_envs, "task": GO1, "preset": "rsl", "device": device}, num_envs=num_envs,
+                  mode="throughput")]
+    recs = H.run_arms(arms, [0], budget_s=seconds / 2, target=TARGET, threads=1, logdir=logdir,
+                      throughput_s=max(2.0, seconds / 4), throughput_budget_s=seconds / 2)
+    return {r["family"]: {"env_steps_per_s": r.get("tput_overall"), "status": r["status"]} for r in recs}
+
+
+def _git_commit() -> Optional[str]:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=HERE, timeout=10).stdout.strip() or None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    H.add_common_args(p, budget=600.0, target=TARGET)
+    p.add_argument("--go1", action="store_true", help="add the Go1 flat throughput arms")
+    p.add_argument("--go1-envs", type=int, default=64, help="N for the Go1 arms (default %(default)s)")
+    p.add_argument("--under-load", default="", help="say so in the report (what else ran)")
+    args = p.parse_args(argv)
+    arms = all_arms(args.go1_envs if args.go1 else 0)
+    if args.list:
+        for a in arms:
+            print(f"{a.key if a.mode == 'learn' else 'tput:' + a.key:24s} {a.mode:10s} {a.label}")
+        return
+    results_dir = os.path.join(HERE, "results")
+    if args.replot:
+        with open(args.replot) as f:
+            payload = json.load(f)
+        records, meta = payload["records"], payload["meta"]
+        out_dir = args.out_dir or os.path.dirname(os.path.abspath(args.replot))
+    else:
+        if args.quick:
+            args.budget = min(args.budget, 30.0)
+            args.throughput_s = min(args.throughput_s, 3.0)
+            args.quiet_timeout = min(args.quiet_timeout, 10.0)
+        arms = H.select_arms(arms, args.arms)
+        if args.no_throughput:
+            arms = [a for a in arms if a.mode != "throughput"]
+        if args.no_learn:
+            arms = [a for a in arms if a.mode != "learn"]
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        logdir = args.logdir or H.default_logdir(NAME)
+        out_dir = args.out_dir or (logdir if args.quick else results_dir)
+        print(f"{len(arms)} arms, seeds {seeds}, budget {args.budget:g}s, logs in {logdir}", flush=True)
+        t0 = time.time()
+        records = H.run_arms(arms, seeds, budget_s=args.budget, target=args.target, threads=args.threads,
+                             logdir=logdir, throughput_s=args.throughput_s,
+                             throughput_budget_s=max(3 * args.throughput_s, 60.0),
+                             quiet_cores=args.wait_quiet if args.wait_quiet >= 0 else None,
+                             quiet_timeout_s=args.quiet_timeout)
+        meta = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+                    machine=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, "
+                            f"Python {platform.python_version()}",
+                    threads=args.threads, seeds=seeds, budget=args.budget, target=args.target,
+                    throughput_s=args.throughput_s, total_min=(time.time() - t0) / 60, quick=args.quick,
+                    commit=_git_commit(), under_load=args.under_load)
+        if args.update:
+            records, meta, saved_dir = H.merge_update(args.update, records, meta, seeds)
+            out_dir = args.out_dir or saved_dir
+    os.makedirs(out_dir, exist_ok=True)
+    md = build_report(records, meta)
+    with open(os.path.join(out_dir, NAME + ".md"), "w") as f:
+        f.write(md + "\n")
+    if not args.replot or args.update:
+        H.save_json(os.path.join(out_dir, NAME + ".json"), dict(meta=meta, records=records))
+    print("\n" + md)
+    print(f"\nwrote {os.path.join(out_dir, NAME + '.md')}")
+
+
+if __name__ == "__main__":
+    main()
