@@ -55,6 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 sys.path.insert(0, HERE)
+sys.path.insert(1, REPO)   # this checkout's rllib_fast (and tests/) before an installed copy
 import _harness as H  # noqa: E402
 
 # PPO settings of the throughput side by side, the same for FastPPO and the single
@@ -79,11 +80,11 @@ def sizes(args) -> Dict[str, Any]:
     if args.quick:
         return dict(ns=(4096, 262144), window_s=3.0, tput_cap=90.0, learn_n=4096, learn_s=25.0,
                     pql_n=4096, pql_s=25.0, ks=(1, 8, 64), pop_hidden="256,256", pop_reps=10, pop_steps=200,
-                    hts_alphas=(16, 64), hts_min=2048, smoke_envs=64, mjlab_n=4096, mjlab_s=30.0, minutes=9.0,
+                    hts_alphas=(16, 64), hts_min=2048, smoke_envs=64, mjlab_n=4096, mjlab_s=120.0, minutes=9.0,
                     learn_pendulum_n=False)
     return dict(ns=(4096, 16384, 65536, 262144), window_s=8.0, tput_cap=120.0, learn_n=4096, learn_s=150.0,
                 pql_n=4096, pql_s=120.0, ks=(1, 8, 16, 64), pop_hidden="256,256", pop_reps=50, pop_steps=300,
-                hts_alphas=(1, 16, 64, 256), hts_min=4096, smoke_envs=64, mjlab_n=4096, mjlab_s=90.0,
+                hts_alphas=(1, 16, 64, 256), hts_min=4096, smoke_envs=64, mjlab_n=4096, mjlab_s=300.0,
                 minutes=28.0)
 
 
@@ -512,6 +513,8 @@ def problems(name: str, data: Dict[str, Any]) -> Optional[str]:
         bad = [f"K={k}" for k, r in rows.items() if r.get("error")]
     elif isinstance(rows, list):
         bad = [r.get("algorithm") or r.get("label") or "?" for r in rows if r.get("status", "ok") != "ok"]
+    elif data and all(isinstance(v, dict) and "status" in v for v in data.values()):   # mjlab gpu_kit
+        bad = [k for k, v in data.items() if v.get("status") != "ok"]
     else:
         bad = []
     return f"not ok: {', '.join(map(str, bad))}" if bad else None
@@ -688,6 +691,12 @@ def build_report(payload: Dict[str, Any]) -> str:
                 out.append(f"skipped: {d['skipped']}")
             elif "rows" in d and all("tput_overall" in r for r in d["rows"]):
                 out += [f"PPO settings {d.get('settings')}; {d.get('note', '')}.", ""] + _tput_table(d["rows"])
+            elif d and all(isinstance(v, dict) and "env_steps_per_s" in v for v in d.values()):
+                out += [f"{MJLAB_TASK}, N = {payload.get('sizes', {}).get('mjlab_n')} (benchmarks/mjlab.py gpu_kit)",
+                        ""]
+                out += H.markdown_table(["arm", "env-steps/s", "status"],
+                                        [[k, H.fmt_sps(v["env_steps_per_s"]), v.get("status")]
+                                         for k, v in d.items()]).splitlines()
             else:
                 out.append("```")
                 out.append(json.dumps(d, indent=1, default=str)[:4000])

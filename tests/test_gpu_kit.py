@@ -171,6 +171,8 @@ def test_report_and_merge_keep_failures_and_order(tmp_path):
                       data={"skipped": "mjlab is not installed"})})
     assert kit.problems("smoke", {"rows": smoke_rows}) == "not ok: PQL"
     assert kit.problems("cuda_tests", {"cases": [], "returncode": 4}) == "no test ran (pytest exit 4)"
+    assert kit.problems("mjlab", {"Go1 rsl_rl": {"env_steps_per_s": 1e5, "status": "ok"},
+                                  "Go1 FastPPO": {"env_steps_per_s": None, "status": "killed"}}) == "not ok: Go1 FastPPO"
     merged = kit.merge_payloads([first, second])
     assert list(merged["parts"]) == ["cuda_tests", "smoke", "hts", "mjlab"]
     assert merged["wall_s"] == 180.0
