@@ -82,9 +82,9 @@ def sizes(args) -> Dict[str, Any]:
                     pql_n=4096, pql_s=25.0, ks=(1, 8, 64), pop_hidden="256,256", pop_reps=10, pop_steps=200,
                     hts_alphas=(16, 64), hts_min=2048, smoke_envs=64, mjlab_n=4096, mjlab_s=120.0, minutes=9.0,
                     learn_pendulum_n=False)
-    return dict(ns=(4096, 16384, 65536, 262144), window_s=8.0, tput_cap=120.0, learn_n=4096, learn_s=150.0,
-                pql_n=4096, pql_s=120.0, ks=(1, 8, 16, 64), pop_hidden="256,256", pop_reps=50, pop_steps=300,
-                hts_alphas=(1, 16, 64, 256), hts_min=4096, smoke_envs=64, mjlab_n=4096, mjlab_s=300.0,
+    return dict(ns=(4096, 16384, 65536, 262144), window_s=6.0, tput_cap=120.0, learn_n=4096, learn_s=100.0,
+                pql_n=4096, pql_s=100.0, ks=(1, 8, 16, 64), pop_hidden="256,256", pop_reps=50, pop_steps=300,
+                hts_alphas=(1, 16, 64, 256), hts_min=4096, smoke_envs=64, mjlab_n=4096, mjlab_s=240.0,
                 minutes=28.0)
 
 
