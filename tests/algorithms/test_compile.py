@@ -14,7 +14,7 @@ from ray.rllib.algorithms.algorithm import Algorithm
 
 from rllib_fast.algorithms.a2c import FastA2CConfig
 from rllib_fast.algorithms.dqn import FastDQNConfig, RainbowConfig
-from rllib_fast.algorithms.hts import HTSPPOConfig
+from rllib_fast.algorithms.hts import HTSA2CConfig, HTSPPOConfig
 from rllib_fast.algorithms.ppo import FastPPOConfig
 from rllib_fast.algorithms.pql import DDPGNConfig, PQLConfig, SACNConfig
 from rllib_fast.core import compile as compile_mod
@@ -227,3 +227,20 @@ def test_pql_thread_backend_runs_compiled(aot_eager):
         r = algo.train()["learners"]["default_policy"]
     assert r["num_critic_updates"] > 0 and torch.isfinite(torch.tensor(r["critic_loss"]))
     algo.stop()
+
+
+@pytest.mark.parametrize("cls", [HTSPPOConfig, HTSA2CConfig])
+def test_hts_learner_compiled_matches_eager(aot_eager, cls):
+    """HTS learners run FastPPO/FastA2C's update function (HTSA2C with the
+    behaviour parameters swapped in place), compiled or not."""
+    def make(compile):
+        return cls().environment("CartPole", num_envs=8).training(
+            rollout_length=8, hidden_sizes=[16], compile=compile).debugging(seed=3)
+    eager = make(False).build_algo()
+    start = params(eager.module).clone()
+    eager.train(); eager.train()
+    comp = make(True).build_algo()
+    comp.train(); comp.train()
+    assert not torch.equal(params(eager.module), start)   # it did learn
+    torch.testing.assert_close(params(comp.module), params(eager.module), rtol=1e-4, atol=1e-5)
+    eager.stop(); comp.stop()
