@@ -15,8 +15,8 @@ from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS
                                      NUM_ENV_STEPS_TRAINED_LIFETIME)
 
 from ..core.algorithm import FastAlgorithm, FastConfig
-from ..core.multi_learner import episode_report, log_learner_episodes
 from ..core.compile import COMPILE, compiled
+from ..core.multi_learner import episode_report, log_learner_episodes
 from ..core.nets import ACTIVATIONS
 from ..core.params import POSITIVE_INT_LIST, Param
 from ..core.rollout import RolloutStorage, compute_gae
@@ -295,6 +295,13 @@ class OnPolicyAlgorithm(FastAlgorithm):
         for key in ("states", "final_states"):
             st[key].copy_(module.critic_input(st.flat(key)).view_as(st[key]))
 
+    def _target_values(self, critic_in: torch.Tensor) -> torch.Tensor:
+        """State values (return units) of prepared critic inputs, for GAE and
+        value targets: the current critic's. HTS may use the critic that
+        acted instead (its ``value_targets`` key)."""
+        v_n = self.module.value(critic_in)
+        return self.module.value_norm.denormalize(v_n) if self.config.normalize_values else v_n
+
     def _targets(self):
         """Values of the critic's inputs (normalised observations, or states)
         and of ``final_obs`` (``final_states``) in one batched critic
@@ -309,10 +316,8 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self._prepare_critic_inputs(valid)
         with torch.no_grad():
             both = torch.cat([st.flat(self.critic_key), st.flat(self.final_critic_key)])
-            v_n = module.value(both).view(2, T, N)
+            values, next_values = self._target_values(both).view(2, T, N)
             vnorm = module.value_norm
-            values = vnorm.denormalize(v_n[0]) if cfg.normalize_values else v_n[0]
-            next_values = vnorm.denormalize(v_n[1]) if cfg.normalize_values else v_n[1]
             adv, ret = compute_gae(st["rewards"], values, next_values, st["terminated"], st["done"],
                                    cfg.gamma, cfg.lambda_, valid)
             if cfg.normalize_values:

@@ -8,13 +8,14 @@ import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 
 from rllib_fast.algorithms.a2c import FastA2C, FastA2CConfig
+from rllib_fast.core.rmsprop import ReferenceRMSprop
 
 
 def test_defaults_follow_the_paper():
     cfg = FastA2CConfig()
     assert cfg.rollout_length == 5 and cfg.lr == 7e-4 and cfg.optimizer == "rmsprop"
     algo = FastA2CConfig().environment("CartPole", num_envs=4).build_algo()
-    assert isinstance(algo.optimizer, torch.optim.RMSprop)
+    assert isinstance(algo.optimizer, ReferenceRMSprop)  # the A2C reference's RMSProp
     assert algo.train()["learners"]["default_policy"]["training_intensity"] == 1.0
 
 
@@ -90,4 +91,45 @@ def test_inference_forward_equals_the_acting_path_on_acrobot(normalize_obs):
         values = module.compute_values({Columns.OBS: obs})
         expected = module.value(acting)
         assert torch.equal(values, module.value_norm.denormalize(expected))
+    algo.stop()
+
+
+def test_reference_rmsprop_step_by_hand():
+    """TF1/baselines RMSProp: mean square from 1, eps inside the square root."""
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    opt = ReferenceRMSprop([p], lr=0.1, alpha=0.9, eps=0.01)
+    for g in ([0.3, -4.0, 0.0], [1.0, 2.0, -0.001]):
+        p.grad = torch.tensor(g)
+        opt.step()
+    # by hand: v1 = 0.9*1 + 0.1*g1^2, p1 = p0 - 0.1*g1/sqrt(v1 + 0.01), then the same with g2
+    v1 = [0.9 + 0.1 * 0.09, 0.9 + 0.1 * 16.0, 0.9]
+    p1 = [1.0 - 0.1 * 0.3 / math.sqrt(v1[0] + 0.01), -2.0 + 0.1 * 4.0 / math.sqrt(v1[1] + 0.01), 0.5]
+    v2 = [0.9 * v1[0] + 0.1 * 1.0, 0.9 * v1[1] + 0.1 * 4.0, 0.9 * v1[2] + 0.1 * 1e-6]
+    p2 = [p1[0] - 0.1 * 1.0 / math.sqrt(v2[0] + 0.01), p1[1] - 0.1 * 2.0 / math.sqrt(v2[1] + 0.01),
+          p1[2] + 0.1 * 0.001 / math.sqrt(v2[2] + 0.01)]
+    torch.testing.assert_close(p.detach(), torch.tensor(p2), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(opt.state[p]["square_avg"], torch.tensor(v2), rtol=1e-6, atol=1e-9)
+    # torch's RMSprop (eps outside the root, mean square from 0) remains selectable
+    algo = FastA2CConfig().environment("CartPole", num_envs=4).training(optimizer="rmsprop_torch").build_algo()
+    assert type(algo.optimizer) is torch.optim.RMSprop
+    algo.stop()
+
+
+def test_value_loss_weight_follows_the_reference():
+    """baselines' A2C: loss = pg - ent_coef * entropy + vf_coef * MSE (no extra 1/2).
+    The critic's parameters get gradient only from the value term."""
+    algo = FastA2CConfig().environment("CartPole", num_envs=4).training(
+        normalize_values=False, grad_clip=None, decorrelate_steps=0, vf_loss_coeff=0.5).debugging(
+        seed=7).build_algo()
+    algo._rollout()
+    state = {k: v.clone() for k, v in algo.module.state_dict().items()}
+    _, targets, _, _ = algo._targets()
+    obs = algo.storage.flat("obs")
+    vf_params = list(algo.module.vf.parameters())
+    expected = torch.autograd.grad(0.5 * ((algo.module.value(obs) - targets) ** 2).mean(), vf_params)
+    algo.module.load_state_dict(state)
+    algo.optimizer.step = lambda *a, **k: None      # keep the gradients of this update readable
+    algo._learn()
+    for p, want in zip(vf_params, expected):
+        torch.testing.assert_close(p.grad, want, rtol=1e-5, atol=1e-8)
     algo.stop()

@@ -75,7 +75,8 @@ def test_policy_lag_is_exactly_one_for_every_batch(cls, alpha):
 # -- Eq. 6: the delayed A2C gradient -------------------------------------------------------------
 def test_delayed_gradient_a2c_matches_hand_computation():
     cfg = small(HTSA2CConfig, n=4, num_executors=2, sync_interval=5, normalize_obs=False, normalize_values=False,
-                normalize_advantages=False, grad_clip=None, decorrelate_steps=0, seed=11)
+                normalize_advantages=False, grad_clip=None, decorrelate_steps=0, seed=11,
+                lr=1e-2)  # RMSProp's mean square starts at 1: steps ~ lr * g, so a large lr keeps them visible
     algo = cfg.build_algo()
     algo.train(); algo.train()                        # round 0 collects D0; round 1 learns D0, collects D1
     assert algo.buffers.read_version == 1 and algo.version == 2
@@ -105,13 +106,13 @@ def test_delayed_gradient_a2c_matches_hand_computation():
         logp_all = torch.log_softmax(logits, -1)
         logp = logp_all.gather(-1, data["actions"].unsqueeze(-1)).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
-        loss = (-(logp * adv).mean() + cfg.vf_loss_coeff * 0.5 * ((v - R) ** 2).mean()
+        loss = (-(logp * adv).mean() + cfg.vf_loss_coeff * ((v - R) ** 2).mean()
                 - cfg.entropy_coeff * entropy.mean())
         return torch.autograd.grad(loss, list(module.parameters()))
 
     def rmsprop(params, grads):
         a, lr, eps = cfg.rmsprop_alpha, cfg.lr, cfg.rmsprop_eps
-        return [p - lr * gr / ((a * s + (1 - a) * gr * gr).sqrt() + eps)
+        return [p - lr * gr / (a * s + (1 - a) * gr * gr + eps).sqrt()   # the reference RMSProp
                 for p, gr, s in zip(params, grads, square_avg)]
 
     expected = rmsprop(theta, a2c_grad(behaviour))
@@ -124,6 +125,38 @@ def test_delayed_gradient_a2c_matches_hand_computation():
             p.copy_(t)
     undelayed = rmsprop(theta, a2c_grad(current))
     assert max(float((u - w).abs().max()) for u, w in zip(undelayed, expected)) > 1e-5
+    algo.stop()
+
+
+@pytest.mark.parametrize("mode", ["behaviour", "current"])
+def test_htsppo_value_targets_use_the_critic_that_acted(mode):
+    """Default 'behaviour': GAE and the value-clipping baseline use the values
+    of the snapshot that acted (theta_{j-1} with its value statistics), as the
+    released HTS-RL code records them at acting time; 'current' uses the
+    learner's critic theta_j."""
+    algo = small(HTSPPOConfig, n=4, num_executors=2, rounds_per_iteration=3, value_targets=mode,
+                 seed=12).build_algo()
+    assert HTSPPOConfig().value_targets == "behaviour"
+    seen = {}
+    targets = algo._targets
+
+    def spy():
+        vnorm, st = algo.module.value_norm, algo.storage
+        obs = st.flat("obs")
+        with torch.no_grad():
+            acted = algo._behaviour.value_norm.denormalize(algo._behaviour.value(obs))
+            current = vnorm.denormalize(algo.module.value(obs))
+        out = targets()
+        with torch.no_grad():    # old values are returned in the (updated) learner's normalised units
+            seen.update(old_v=out[2], acted=vnorm.normalize(acted), current=vnorm.normalize(current))
+        return out
+
+    algo._targets = spy
+    algo.train()        # rounds 0-2: the last update consumes a batch of theta_1 with the learner at theta_2
+    assert algo.version == 3
+    assert (seen["acted"] - seen["current"]).abs().max() > 1e-4     # the two critics differ here
+    torch.testing.assert_close(seen["old_v"], seen["acted" if mode == "behaviour" else "current"],
+                               rtol=1e-5, atol=1e-6)
     algo.stop()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
+from ...core.rmsprop import ReferenceRMSprop
 from ..onpolicy import OnPolicyAlgorithm, masked_mean, standardize
 from .config import FastA2CConfig
 
@@ -24,6 +25,9 @@ class FastA2C(OnPolicyAlgorithm):
     def make_optimizer(self) -> torch.optim.Optimizer:
         cfg = self.config
         if cfg.optimizer == "rmsprop":
+            return ReferenceRMSprop(self.params, lr=self.configured_lr(), alpha=cfg.rmsprop_alpha,
+                                    eps=cfg.rmsprop_eps)
+        if cfg.optimizer == "rmsprop_torch":
             return torch.optim.RMSprop(self.params, lr=self.configured_lr(), alpha=cfg.rmsprop_alpha,
                                        eps=cfg.rmsprop_eps, foreach=True)
         return torch.optim.Adam(self.params, lr=self.configured_lr(), eps=cfg.rmsprop_eps, fused=True)
@@ -41,7 +45,9 @@ class FastA2C(OnPolicyAlgorithm):
         cfg, module = self.config, self.module
         logp, entropy = module.evaluate_actions(obs, actions)
         pg_loss = -masked_mean(logp * adv, w, denom)
-        vf_loss = 0.5 * masked_mean((module.value(critic_in) - targets) ** 2, w, denom)
+        # the reference's value loss (baselines: vf_coef * mean squared error, no extra 1/2),
+        # so vf_loss_coeff = 0.5 weighs it as there
+        vf_loss = masked_mean((module.value(critic_in) - targets) ** 2, w, denom)
         ent = masked_mean(entropy, w, denom)
         loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * ent
         return loss, torch.stack([pg_loss.detach(), vf_loss.detach(), ent.detach()])

@@ -9,7 +9,9 @@ from ..onpolicy import OnPolicyConfig
 
 class FastA2CConfig(OnPolicyConfig):
     """Batched synchronous A2C (Stooke & Abbeel §5.3): horizon 5, RMSProp,
-    one gradient step per batch (training intensity 1).
+    one gradient step per batch (training intensity 1). The optimizer and the
+    value-loss weight follow the A2C reference (OpenAI baselines): TF1's
+    RMSProp and ``vf_loss_coeff * MSE`` (see docs/design-notes.md).
 
     ``lr_rule='sqrt'`` applies the paper's large-batch rule: lr grows with the
     square root of the batch from ``lr`` at ``lr_rule_base_batch`` (the
@@ -20,7 +22,10 @@ class FastA2CConfig(OnPolicyConfig):
         # lambda 1: plain n-step returns, as A2C
         **with_defaults(OnPolicyConfig, rollout_length=5, lr=7e-4, lambda_=1.0, entropy_coeff=0.01, grad_clip=0.5,
                         num_envs=16),
-        "optimizer": Param("rmsprop", "optimizer", (str,), choices=("rmsprop", "adam")),
+        "optimizer": Param("rmsprop", "optimizer: 'rmsprop' = the A2C reference's (TF1) RMSProp, eps inside the "
+                           "square root and mean square starting at 1 (core/rmsprop.py); 'rmsprop_torch' = "
+                           "torch.optim.RMSprop (eps outside the root, mean square from 0); 'adam'", (str,),
+                           choices=("rmsprop", "rmsprop_torch", "adam")),
         "rmsprop_alpha": Param(0.99, "RMSProp smoothing constant", low=0.0, high=1.0, low_open=True),
         "rmsprop_eps": Param(1e-5, "RMSProp/Adam epsilon", low=0.0, low_open=True),
         "lr_rule": Param("none", "large-batch learning-rate rule", (str,), choices=("none", "sqrt"), live=True),

@@ -256,6 +256,18 @@ class HTSMixin:
         with self.metrics.log_time(("timers", "learn")):
             self._learn()
 
+    def _target_values(self, critic_in: torch.Tensor) -> torch.Tensor:
+        """``value_targets='behaviour'``: the values of the snapshot that acted,
+        with its own value statistics -- what the released HTS-RL code records
+        at acting time and builds returns and advantages from (PPO's value
+        clipping is then relative to them, as there). 'current': the learner's
+        critic (FastPPO/FastA2C's rule)."""
+        behaviour = self._behaviour
+        if self.config.value_targets != "behaviour" or behaviour is None:
+            return super()._target_values(critic_in)
+        v_n = behaviour.value(critic_in)
+        return behaviour.value_norm.denormalize(v_n) if self.config.normalize_values else v_n
+
     # -- evaluation with the paper's metrics -------------------------------------------------------
     def evaluate(self, parallel_train_future=None) -> Dict[str, Any]:
         self._plain_env = True

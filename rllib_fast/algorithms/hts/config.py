@@ -39,6 +39,10 @@ class HTSKeys:
         "executor_processes": Param(False, "step each executor's env in its own simulator process "
                                     "(ParallelVecEnv, 1 worker; for CPU-stepped gym:/minatar:/atari: sources "
                                     "given by name)", (bool,)),
+        "value_targets": Param("behaviour", "critic whose state values enter GAE, the value targets and PPO's "
+                               "value clipping: 'behaviour' = the snapshot that acted (the values actors record "
+                               "at acting time, as in the released HTS-RL code); 'current' = the learner's "
+                               "critic at update time", (str,), choices=("behaviour", "current")),
         "rounds_per_iteration": Param(1, "synchronisation rounds per training iteration (train() call)",
                                       (int,), low=1),
         "wait_timeout_s": Param(600.0, "raise if a round makes no progress for this long (a hung env)",
