@@ -567,10 +567,17 @@ def _summarize(trials, plan: Plan, collector, recorder, tune_kwargs) -> int:
         if plan.tune_kwargs.get("search_alg") is not None or len(trials) > 1:
             print(f"best config: {_short_config(best)}", file=out)
     # One PNG per experiment directory, next to the trial directories.
+    from .tune.plots import read_trial_results, results_curve
+
     by_dir: Dict[str, Dict[str, list]] = {}
     for t in trials:
         exp_dir = os.path.dirname(t.path) if getattr(t, "path", None) else os.getcwd()
-        by_dir.setdefault(exp_dir, {})[str(t)] = collector.curves.get(t.trial_id, [])
+        curve = collector.curves.get(t.trial_id) if collector is not None else None
+        if not curve and getattr(t, "path", None) and os.path.isdir(t.path):
+            # a resumed sweep (Tuner.restore runs the callbacks pickled with the first
+            # Tuner) or a trial finished before the resume: the trial's own files
+            curve = results_curve(read_trial_results(t.path), RETURN_KEY)
+        by_dir.setdefault(exp_dir, {})[str(t)] = curve or []
     for exp_dir, curves in by_dir.items():
         png = os.path.join(exp_dir, "learning_curves.png")
         try:

@@ -9,6 +9,7 @@
   Markdown table and the two PNGs.
 """
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,97 @@ def test_pbt_sweep_packs_two_trials_then_report(tmp_path, capsys):
     for png in ("curves_env_steps.png", "curves_wallclock.png"):
         data = (exp / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+KILL_RESUME = """\
+kill-resume:
+    run: FastPPO
+    env: CartPole
+    num_samples: 2
+    stop: {training_iteration: 6}
+    config: {num_envs: 8, rollout_length: 16, num_minibatches: 2, decorrelate_steps: 0,
+             lr: {loguniform: [1.0e-4, 1.0e-3]}, seed: {randint: [0, 1000]}}
+    resources: {cpu: 1}
+    callbacks: tests._sweep_kill:KillDriverOnce
+    checkpoint_config: {checkpoint_frequency: 2, checkpoint_at_end: true, num_to_keep: 4}
+"""
+
+
+def test_killed_sweep_resumes_with_the_same_mlflow_record(tmp_path):
+    """Driver SIGKILLed in iteration 4, then `sweep --resume`: the MLflow experiment is what
+    an uninterrupted sweep leaves -- one FINISHED parent, one FINISHED child per trial,
+    training_iteration 1..6 once each (the redone iterations are not logged twice) -- and
+    the summary names the experiment and plots every trial's full curve."""
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    from rllib_fast.tune.plots import read_trial_results, results_curve
+
+    f = tmp_path / "kr.yaml"
+    f.write_text(KILL_RESUME)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    env.update(RLLIB_FAST_TEST_KILL_DIR=str(tmp_path), RLLIB_FAST_TEST_SWEEP_DIR=str(tmp_path / "runs" / "kill-resume"),
+               PYTHONPATH=str(REPO), TUNE_GLOBAL_CHECKPOINT_S="0")
+    cmd = [sys.executable, "-m", "rllib_fast.cli", "sweep", str(f), "--ray-num-cpus", "2", "-q",
+           "--storage-path", str(tmp_path / "runs")]
+    first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    (tmp_path / "driver.pid").write_text(str(first.pid))
+    out = first.communicate(timeout=600)[0]
+    assert first.returncode == -9 and (tmp_path / "killed").exists(), out[-3000:]
+    second = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = second.stdout
+    assert second.returncode == 0, (out + second.stderr)[-3000:]
+    assert "trials: 2 (2 ok, 0 errored)" in out and "mlflow: experiment 'kill-resume'" in out, out[-2000:]
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("kill-resume")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("rllib_fast_sweep") == "kill-resume"]
+    children = [r for r in runs if "trial_id" in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED", [(r.info.run_name, r.info.status) for r in runs]
+    assert len(children) == 2 and len(runs) == 3
+    assert len({r.data.tags["trial_id"] for r in children}) == 2
+    for run in children:
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        for key in ("training_iteration", "env_runners/episode_return_mean"):
+            history = client.get_metric_history(run.info.run_id, key)
+            steps = [m.step for m in history]
+            assert len(steps) == len(set(steps)) == 6, (key, sorted(steps))
+        assert sorted(m.value for m in client.get_metric_history(run.info.run_id, "training_iteration")) == \
+            [1, 2, 3, 4, 5, 6]
+    trial_dirs = [d for d in (tmp_path / "runs" / "kill-resume").iterdir() if d.is_dir()]
+    assert len(trial_dirs) == 2
+    for d in trial_dirs:  # what the summary's learning_curves.png is drawn from
+        assert len(results_curve(read_trial_results(str(d)))) == 6
+
+
+def test_report_reads_progress_csv_when_result_json_was_cut(tmp_path):
+    """A trial whose result.json lost lines (Ray's JSON logger copies the experiment
+    folder's lagging copy over its own when a trial restarts from a checkpoint) but whose
+    progress.csv is complete: the report's curve and steps-to-threshold come from the CSV,
+    and PBT's final config from the JSON."""
+    import csv
+
+    from rllib_fast.tune.report import read_experiment
+
+    trial = tmp_path / "exp" / "FastPPO_x_00000"
+    trial.mkdir(parents=True)
+    rows = [{"training_iteration": i, "num_env_steps_sampled_lifetime": 1000 * i, "time_total_s": 2.0 * i,
+             "env_runners/episode_return_mean": 100.0 * i} for i in range(1, 6)]
+    with open(trial / "progress.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows[:3] + rows[2:])  # iteration 3 redone after a restore
+    last = {"training_iteration": 5, "num_env_steps_sampled_lifetime": 5000, "time_total_s": 10.0,
+            "env_runners": {"episode_return_mean": 500.0}, "config": {"lr": 0.0005}, "done": True}
+    (trial / "result.json").write_text(json.dumps(last) + "\n")
+    (rec,) = read_experiment(str(tmp_path / "exp"))
+    assert rec.curve("env_runners/episode_return_mean")[:3] == [(1000, 100.0), (2000, 200.0), (3000, 300.0)]
+    assert rec.time_to(250.0, "env_runners/episode_return_mean") == (3000, 6.0)  # not 5000 (the one JSON line)
+    assert rec.config == {"lr": 0.0005}
+    from rllib_fast.tune.plots import read_trial_results, results_curve
+
+    assert [x for x, _ in results_curve(read_trial_results(str(trial)))] == [1000, 2000, 3000, 4000, 5000]

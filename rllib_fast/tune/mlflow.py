@@ -20,7 +20,13 @@ the ~300 keys of a flattened AlgorithmConfig, one request per key, and uses
   (``mlflow.parentRunId``), so the UI groups a sweep's trials.
 
 A resumed sweep (``Tuner.restore``, or a trial restarted after a failure)
-continues the same runs: they are found again by their ``trial_id`` tag.
+continues the same runs: they are found again by their ``trial_id`` tag, and
+the sweep's parent run is found again and closed at the end. A resumed trial
+redoes the iterations after its last checkpoint; their results are not logged
+a second time (MLflow cannot delete a metric point, so the first values stay
+and a metric's history has one point per step, as in an uninterrupted run):
+results up to the last ``training_iteration`` already recorded for the run
+are skipped until the trial passes it.
 
 Tracking URI: the ``tracking_uri`` argument, else ``MLFLOW_TRACKING_URI``, else
 ``sqlite:///<abs dir>/mlflow.db`` (MLflow 3 refuses the file store by default).
@@ -254,6 +260,8 @@ class MLflowRecorder(LoggerCallback):
         self.run_ids: Dict[str, str] = {}            # trial_id -> run_id
         self.curves: Dict[str, List[Tuple[int, float]]] = {}
         self._checkpoints: Dict[str, str] = {}
+        self._last_iter: Dict[str, float] = {}     # trial_id -> last training_iteration logged
+        self._skip_until: Dict[str, float] = {}    # trial_id -> redone iterations <= this are not logged
         self._client = None
 
     # -- plumbing -------------------------------------------------------------
@@ -295,6 +303,17 @@ class MLflowRecorder(LoggerCallback):
         """The (first) MLflow experiment id used so far."""
         return next(iter(self.experiment_ids.values()), None)
 
+    def find_experiments(self, names: Iterable[str]) -> Dict[str, str]:
+        """Record the ids of the existing MLflow experiments among ``names`` (for a
+        summary printed by a driver whose recorder did not run: Tune's
+        ``Tuner.restore`` uses the recorder pickled with the original Tuner)."""
+        for name in names:
+            if name not in self.experiment_ids:
+                exp = self.client.get_experiment_by_name(name)
+                if exp is not None:
+                    self.experiment_ids[name] = exp.experiment_id
+        return dict(self.experiment_ids)
+
     def setup(self, *args, **info):
         # Fail early (in the driver, before any trial starts) on a bad tracking URI.
         _ = self.client.search_experiments(max_results=1)
@@ -304,10 +323,13 @@ class MLflowRecorder(LoggerCallback):
         if trial.trial_id in self.run_ids:  # restarted/resumed trial: keep its run
             return
         # default MLflow experiment: the Tune experiment's name
-        exp_id = self._ensure_experiment(getattr(getattr(trial, "storage", None), "experiment_dir_name", None))
+        exp_id = self._ensure_experiment(self._tune_experiment(trial))
         existing = self._find_run(exp_id, f"tags.trial_id = '{trial.trial_id}'")
-        if existing is not None:  # a resumed sweep: continue the trial's run
+        if existing is not None:  # a resumed sweep (new driver): continue the trial's run
             self.run_ids[trial.trial_id] = existing
+            self._resume_run(trial.trial_id, existing)
+            if self.parent_run_name:
+                self._parent_run(exp_id)  # so that on_experiment_end closes it
             return
         tags = {"trial_id": trial.trial_id, "trainable": str(trial.trainable_name), **self.tags}
         if self.parent_run_name:
@@ -343,6 +365,13 @@ class MLflowRecorder(LoggerCallback):
             run_id = self.run_ids[trial.trial_id]
         from mlflow.entities import Metric
 
+        it = result.get("training_iteration")
+        if isinstance(it, numbers.Number):
+            skip = self._skip_until.get(trial.trial_id)
+            if skip is not None and it <= skip:
+                return  # an iteration redone after a restore: recorded already
+            self._skip_until.pop(trial.trial_id, None)
+            self._last_iter[trial.trial_id] = float(it)
         step = env_step(result)
         point = curve_point(result, RETURN_KEY)
         if point is not None:
@@ -378,12 +407,41 @@ class MLflowRecorder(LoggerCallback):
             logger.warning("MLflowRecorder: artifact upload for %s failed: %s", trial, err)
         self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
 
+    def on_trial_recover(self, iteration: int, trials, trial, **info) -> None:
+        """A trial that failed and is restarted from its last checkpoint: its redone
+        iterations are not logged again (see module docstring)."""
+        super().on_trial_recover(iteration, trials, trial, **info)
+        if trial.trial_id in self._last_iter:
+            self._skip_until[trial.trial_id] = self._last_iter[trial.trial_id]
+
     def on_experiment_end(self, trials, **info) -> None:
+        if self.parent_run_name:  # a resumed sweep whose trials had all finished still closes its parent
+            for trial in trials:
+                self._parent_run(self._ensure_experiment(self._tune_experiment(trial)))
         for run_id in self.parent_run_ids.values():
             failed = any(getattr(t, "status", "") == "ERROR" for t in trials)
             self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
 
     # -- helpers ---------------------------------------------------------------
+    @staticmethod
+    def _tune_experiment(trial) -> Optional[str]:
+        return getattr(getattr(trial, "storage", None), "experiment_dir_name", None)
+
+    def _resume_run(self, trial_id: str, run_id: str) -> None:
+        """Pick up a run recorded by an earlier driver: the last ``training_iteration``
+        it logged (results up to it are skipped) and its learning curve so far."""
+        try:
+            history = self.client.get_metric_history(run_id, "training_iteration")
+            curve = self.client.get_metric_history(run_id, sanitize_key(RETURN_KEY))
+        except Exception as err:  # never fail a trial for logging
+            logger.warning("MLflowRecorder: could not read the history of run %s: %s", run_id, err)
+            return
+        if history:  # the last point logged (PBT may move training_iteration backwards)
+            last = max(history, key=lambda m: (m.timestamp, m.value))
+            self._last_iter[trial_id] = self._skip_until[trial_id] = float(last.value)
+        if curve:
+            self.curves[trial_id] = [(int(m.step), float(m.value)) for m in sorted(curve, key=lambda m: m.timestamp)]
+
     def _find_run(self, exp_id: str, filter_string: str) -> Optional[str]:
         try:
             runs = self.client.search_runs([exp_id], filter_string=filter_string, max_results=1)

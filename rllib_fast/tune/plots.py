@@ -101,6 +101,83 @@ def plot_results(results: Iterable[Mapping], path: str, *, label: str = "trial",
     return plot_curves({label: points}, path, title=title)
 
 
+def _csv_value(text: str):
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _iterations(results: Sequence[Mapping]) -> int:
+    return len({r.get("training_iteration") for r in results})
+
+
+def read_trial_results(trial_dir: str) -> List[Dict]:
+    """A trial directory's results, oldest first, from the more complete of
+    ``result.json`` and ``progress.csv`` (keys of CSV rows stay '/'-flattened,
+    which :func:`curve_point` and the report read alike).
+
+    Why both: Tune writes the two files independently, and after a restore
+    they can disagree. Ray 2.60's ``JsonLoggerCallback.log_trial_start`` copies
+    the trial's ``result.json`` from the experiment folder over the driver's
+    own copy every time a trial (re)starts with a checkpoint -- every PBT
+    exploit, every resume -- so a copy in the experiment folder that lags
+    behind replaces the complete one; ``CSVLoggerCallback`` sets its file up
+    once per trial and keeps appending. The file with results for more
+    distinct iterations wins; the last JSON result's ``config`` (PBT's final,
+    mutated values) is kept either way.
+    """
+    import csv
+    import json
+
+    from_json: List[Dict] = []
+    path = os.path.join(trial_dir, "result.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        from_json.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        pass  # a line cut by a crash
+    from_csv: List[Dict] = []
+    path = os.path.join(trial_dir, "progress.csv")
+    if os.path.isfile(path):
+        try:
+            with open(path, newline="") as f:
+                from_csv = [{k: _csv_value(v) for k, v in row.items() if k is not None}
+                            for row in csv.DictReader(f)]
+        except (csv.Error, UnicodeDecodeError):
+            from_csv = []
+    if _iterations(from_csv) > _iterations(from_json):
+        config = next((r["config"] for r in reversed(from_json) if isinstance(r.get("config"), Mapping)), None)
+        if config is not None and from_csv:
+            from_csv[-1] = dict(from_csv[-1], config=config)
+        return from_csv
+    return from_json
+
+
+def results_curve(results: Iterable[Mapping], metric: str = RETURN_KEY) -> Curve:
+    """``[(env_steps, metric)]`` of a trial's results, one point per
+    ``training_iteration`` (the last one written: a restored trial redoes the
+    iterations after its checkpoint)."""
+    by_iter: Dict = {}
+    for r in results:
+        point = curve_point(r, metric)
+        if point is not None:
+            by_iter[r.get("training_iteration", len(by_iter))] = point
+    return [by_iter[k] for k in sorted(by_iter, key=lambda k: (_number(k) is None, _number(k) or 0))]
+
+
 class CurveCollector(Callback):
     """Driver-side Tune callback: ``curves[trial_id] = [(env_steps, return), ...]``.
 
@@ -112,12 +189,21 @@ class CurveCollector(Callback):
         self.metric = metric
         self.curves: Dict[str, Curve] = {}
         self.labels: Dict[str, str] = {}
+        self._iters: Dict[str, List[float]] = {}  # training_iteration of each point
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         point = curve_point(result, self.metric)
         self.labels[trial.trial_id] = str(trial)
-        if point is not None:
-            self.curves.setdefault(trial.trial_id, []).append(point)
+        if point is None:
+            return
+        it = _number(result.get("training_iteration"))
+        curve = self.curves.setdefault(trial.trial_id, [])
+        iters = self._iters.setdefault(trial.trial_id, [])
+        if it is not None:  # a restored trial redoes iterations: the new points replace the old ones
+            keep = sum(1 for i in iters if i < it)
+            del curve[keep:], iters[keep:]
+        curve.append(point)
+        iters.append(it if it is not None else float(len(iters) + 1))
 
     def plot(self, path: str, title: Optional[str] = None) -> str:
         return plot_curves({self.labels.get(k, k): v for k, v in self.curves.items()}, path, title=title)

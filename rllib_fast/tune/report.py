@@ -2,8 +2,10 @@
 
 Why from files (not from a live Tune session): a report is asked for after the
 fact, maybe on another machine, maybe after a resume. Everything needed is in
-the trial directories Tune writes: ``result.json`` (one JSON result per line,
-appended across restarts and PBT exploits) and ``error.txt`` for failed trials.
+the trial directories Tune writes: ``result.json`` / ``progress.csv`` (one
+result per line, appended across restarts and PBT exploits; the more complete
+of the two is read, see :func:`rllib_fast.tune.plots.read_trial_results`) and
+``error.txt`` for failed trials.
 
 Written next to the trials (or into ``--out``):
 
@@ -23,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ray.tune.utils import flatten_dict
 
-from .plots import RETURN_KEY, _get, _number, env_step, plot_curves
+from .plots import RETURN_KEY, _get, _number, env_step, plot_curves, read_trial_results
 
 #: Returns at which the built-in tasks count as solved (used when --threshold is not given).
 DEFAULT_THRESHOLDS = {"CartPole": 475.0, "rllib-fast-gym:CartPole": 475.0, "CartPole-v1": 475.0,
@@ -79,24 +81,15 @@ class TrialRecord:
 
 
 def read_experiment(exp_dir: str) -> List[TrialRecord]:
-    """Every trial directory (one with result.json) under ``exp_dir``."""
+    """Every trial directory (one with result.json or progress.csv) under ``exp_dir``."""
     if not os.path.isdir(exp_dir):
         raise FileNotFoundError(f"experiment directory not found: {exp_dir}")
     trials = []
     for entry in sorted(os.listdir(exp_dir)):
         path = os.path.join(exp_dir, entry)
-        res_file = os.path.join(path, "result.json")
-        if not os.path.isfile(res_file):
+        if not any(os.path.isfile(os.path.join(path, f)) for f in ("result.json", "progress.csv")):
             continue
-        results = []
-        with open(res_file) as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    try:
-                        results.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        pass  # a line cut by a crash
+        results = read_trial_results(path)  # the more complete of result.json and progress.csv
         err_file = os.path.join(path, "error.txt")
         error = None
         if os.path.isfile(err_file):

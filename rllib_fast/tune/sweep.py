@@ -390,6 +390,8 @@ def run_sweep(args) -> int:
             with cli._env_var("RAY_AIR_NEW_OUTPUT", "0"):
                 results = tuner.fit()
             trials = results._experiment_analysis.trials
+            if recorder is not None and args.resume:
+                recorder.find_experiments([sweep.name])  # the restored Tuner ran its own pickled copy
             plan = cli.Plan()
             plan.experiments[sweep.name] = {}
             rc = max(rc, cli._summarize(trials, plan, collector, recorder,
