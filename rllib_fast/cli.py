@@ -433,19 +433,6 @@ def _plan_from_py(path: str, args, overrides: Dict[str, Any]) -> Plan:
 # ----------------------------------------------------------------------------------------------
 # running
 # ----------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _env_var(key: str, value: str):
-    old = os.environ.get(key)
-    os.environ[key] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
-
-
 def _init_ray(args) -> bool:
     """ray.init (unless already up; a local Ray of our own, loopback only, unless
     --ray-address names a cluster) and register our names; True if we started Ray."""
@@ -465,11 +452,11 @@ def ensure_registered() -> None:
 def run_plan(plan: Plan, args) -> int:
     import ray
     from ray import tune
-    from ray.tune import CLIReporter
     from ray.tune.experiment import Experiment
 
     from .tune.mlflow import MLflowRecorder, default_tracking_uri
     from .tune.plots import CurveCollector
+    from .tune.session import progress_reporter, temporary_env
 
     check_devices(plan.experiments, args)
     started = _init_ray(args)
@@ -487,7 +474,8 @@ def run_plan(plan: Plan, args) -> int:
         if args.mlflow:  # MLflow experiment = Tune experiment name
             recorder = MLflowRecorder(default_tracking_uri())
             callbacks.append(recorder)
-        reporter = CLIReporter(metric_columns=dict(METRIC_COLUMNS), max_report_frequency=10)
+        reporter = progress_reporter([spec.get("config") or {} for spec in plan.experiments.values()],
+                                     max_report_frequency=10)
         kwargs = dict(plan.tune_kwargs)
         if kwargs.get("search_alg") is not None and len(experiments) > 1:
             raise UsageError("a search_alg works with one experiment per file")
@@ -506,7 +494,7 @@ def run_plan(plan: Plan, args) -> int:
             kwargs.setdefault("trial_dirname_creator", _short_trial_dirname)
         else:
             target = experiments  # the classic run_experiments route
-        with _env_var("RAY_AIR_NEW_OUTPUT", "0"):  # the classic CLIReporter tables
+        with temporary_env("RAY_AIR_NEW_OUTPUT", "0"):  # the classic CLIReporter tables
             analysis = tune.run(target, callbacks=callbacks, progress_reporter=reporter,
                                 verbose=verbose, raise_on_failed_trial=False, **kwargs)
         # Summarise while Ray is still up: a trial's error file is found through its

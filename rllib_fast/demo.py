@@ -13,6 +13,7 @@ into a CartPole trial).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -47,6 +48,8 @@ def run_task(task: str, args, storage: str, recorder, curves) -> Dict:
     from ray import tune
     from ray.tune.schedulers import PopulationBasedTraining
 
+    from .tune.session import progress_reporter, temporary_env
+
     pbt = PopulationBasedTraining(
         time_attr="training_iteration", perturbation_interval=args.perturbation_interval,
         hyperparam_mutations={"lr": tune.loguniform(1e-4, 5e-3), "clip_param": [0.1, 0.2, 0.3]},
@@ -54,17 +57,18 @@ def run_task(task: str, args, storage: str, recorder, curves) -> Dict:
     tuner = tune.Tuner(
         "FastPPO", param_space=build_param_space(task, args.num_envs),
         tune_config=tune.TuneConfig(scheduler=pbt, metric=RETURN, mode="max", num_samples=args.trials,
-                                    reuse_actors=True),
+                                    reuse_actors=True,  # short trial folders: the printed paths stay readable
+                                    trial_dirname_creator=lambda trial: f"{trial.trainable_name}_{trial.trial_id}"),
         run_config=tune.RunConfig(
-            name=f"demo-{task}", storage_path=storage, stop=TASKS[task][1], callbacks=[recorder, curves],
+            name=f"demo-{task}", storage_path=storage, callbacks=[recorder, curves],
+            stop=({"num_env_steps_sampled_lifetime": args.env_steps} if args.env_steps else TASKS[task][1]),
             checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=args.perturbation_interval,
                                                     checkpoint_at_end=True),  # PBT exploits older ones: keep all
-            progress_reporter=tune.CLIReporter(
-                metric_columns={RETURN: "return", "num_env_steps_sampled_lifetime": "env steps",
-                                "time_total_s": "s"},
-                parameter_columns={"lr": "lr", "clip_param": "clip"}, max_report_frequency=15),
+            # a few columns and the two mutated hyperparameters, not the whole config per line
+            progress_reporter=progress_reporter(extra=["lr", "clip_param"], max_report_frequency=60),
             verbose=1))
-    results = tuner.fit()
+    with temporary_env("RAY_AIR_NEW_OUTPUT", "0"):  # Tune's newer output would drop the reporter
+        results = tuner.fit()
     best = results.get_best_result(metric=RETURN, mode="max", scope="all")
     return {"task": task, "return": best.metrics.get("env_runners", {}).get("episode_return_mean"),
             "env_steps": best.metrics.get("num_env_steps_sampled_lifetime"),
@@ -79,6 +83,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--perturbation-interval", type=int, default=4, help="Tune iterations between PBT steps")
     parser.add_argument("--out", default="runs", help="directory for Tune results, mlflow.db and plots")
+    parser.add_argument("--env-steps", type=int, default=None,
+                        help="env steps per trial (default: each task's budget, 300k CartPole / 400k Pendulum)")
     if argv is None:  # `python -m rllib_fast.demo`: a local Ray on loopback only (see tune.session)
         from .tune.session import reexec_for_loopback
 
@@ -93,6 +99,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
+    # Tune's INFO records (result-file paths, PBT bookkeeping) repeat what the tables and the
+    # summary below say, in lines of 200+ characters; its warnings still show.
+    logging.getLogger("ray.tune").setLevel(logging.WARNING)
     started = init_ray(num_cpus=os.cpu_count() or 2)  # a local Ray of our own (or the one already up)
     recorder = MLflowRecorder(experiment_name="rllib_fast-demo", directory=out)
     t0 = time.time()

@@ -401,3 +401,25 @@ def test_console_scripts_subprocess(tmp_path):
     fast = shutil.which("rllib-fast") or os.path.join(os.path.dirname(sys.executable), "rllib-fast")
     proc = subprocess.run([fast, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0 and "evaluate" in proc.stdout and "sweep" in proc.stdout
+
+
+# -- readable console ------------------------------------------------------------------------------
+def test_demo_console_is_short_and_narrow(tmp_path):
+    """The demo (tiny variant) prints progress tables with the mutated hyperparameters only:
+    no line over 200 characters (Tune's "Current best trial ... parameters=" line used to hold
+    the whole AlgorithmConfig) and fewer than 150 lines in all."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-m", "rllib_fast.demo", "--tasks", "CartPole", "--trials", "2",
+                           "--num-envs", "8", "--env-steps", "40000", "--perturbation-interval", "2",
+                           "--out", str(tmp_path / "runs")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert proc.returncode == 0, "\n".join(lines[-40:])
+    assert len(lines) < 150, len(lines)
+    # Ray's own start-up notice about its token authentication is left as Ray prints it
+    long = [ln for ln in lines if len(ln) > 200 and "Token authentication is enabled" not in ln]
+    assert not long, long
+    best = [ln for ln in lines if ln.startswith("Current best trial:")]
+    assert best and all("parameters={'lr': " in ln and "'clip_param': " in ln for ln in best), best
+    assert any(ln.startswith("| FastPPO_") for ln in lines)  # the progress table
+    assert any("best trial: mean return" in ln for ln in lines)

@@ -25,10 +25,11 @@ Ray's default; :func:`loopback_effective` tells which case applies.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -174,3 +175,55 @@ def init_ray(address: Optional[str] = None, *, num_cpus: Optional[int] = None, n
         started = True
     ensure_registered()
     return started
+
+
+@contextlib.contextmanager
+def temporary_env(key: str, value: str) -> Iterator[None]:
+    """``os.environ[key] = value`` for the duration of a ``with`` block (restored after)."""
+    old = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+
+
+#: What the console tables show of each trial's results.
+METRIC_COLUMNS = {"env_runners/episode_return_mean": "return", "num_env_steps_sampled_lifetime": "env_steps",
+                  "time_total_s": "time (s)"}
+
+
+def swept_keys(param_space: Mapping[str, Any], prefix: str = "") -> List[str]:
+    """Keys of ``param_space`` that a search varies (Tune domains, ``grid_search``), '/'-joined."""
+    from ray.tune.search.sample import Domain
+
+    out: List[str] = []
+    for key, value in param_space.items():
+        if isinstance(value, Domain) or (isinstance(value, Mapping) and set(value) == {"grid_search"}):
+            out.append(f"{prefix}{key}")
+        elif isinstance(value, Mapping):
+            out.extend(swept_keys(value, f"{prefix}{key}/"))
+    return out
+
+
+def progress_reporter(param_spaces: Sequence[Mapping[str, Any]] = (), extra: Sequence[str] = (),
+                      max_report_frequency: int = 30):
+    """Tune's classic ``CLIReporter`` showing a few metrics and only the swept hyperparameters.
+
+    Why: without ``parameter_columns`` Tune's "Current best trial ... parameters={...}"
+    line prints the whole AlgorithmConfig (kilobytes per line, every report). Used
+    with ``RAY_AIR_NEW_OUTPUT=0`` (see :func:`temporary_env`): Tune's newer output
+    drops a given reporter and prints every config key again."""
+    from ray.tune import CLIReporter
+
+    keys: List[str] = []
+    for space in param_spaces:
+        keys += [k for k in swept_keys(space) if k not in keys]
+    keys += [k for k in extra if k not in keys]
+    if not keys:  # an empty list would mean "every config key" to Tune
+        keys = ["lr"]
+    return CLIReporter(metric_columns=dict(METRIC_COLUMNS), parameter_columns=keys,
+                       max_report_frequency=max_report_frequency)

@@ -344,12 +344,10 @@ def build_tuner(sweep: Sweep, callbacks: Optional[list] = None, *, verbose: int 
 def run_sweep(args) -> int:
     """The ``sweep`` subcommand: load, (re)start every experiment of the file, summarise."""
     import ray
-    from ray.tune import CLIReporter
-
     from .. import cli
     from .mlflow import MLflowRecorder, default_tracking_uri
     from .plots import CurveCollector
-    from .session import dashboard_missing
+    from .session import dashboard_missing, progress_reporter, temporary_env
 
     sweeps = load_sweeps(args.file, args)  # validate everything before starting Ray
     for sweep in sweeps:
@@ -381,13 +379,13 @@ def run_sweep(args) -> int:
             if args.mlflow:
                 recorder = MLflowRecorder(default_tracking_uri(), parent_run_name=sweep.name)
                 callbacks.append(recorder)
-            reporter = CLIReporter(metric_columns=dict(cli.METRIC_COLUMNS), max_report_frequency=10)
+            reporter = progress_reporter([sweep.param_space], max_report_frequency=10)
             try:
                 tuner = build_tuner(sweep, callbacks, verbose=min(3, args.verbose), resume=args.resume,
                                     progress_reporter=reporter)
             except SweepError as err:
                 raise cli.UsageError(str(err)) from None
-            with cli._env_var("RAY_AIR_NEW_OUTPUT", "0"):
+            with temporary_env("RAY_AIR_NEW_OUTPUT", "0"):  # the classic tables, our columns
                 results = tuner.fit()
             trials = results._experiment_analysis.trials
             if recorder is not None and args.resume:
