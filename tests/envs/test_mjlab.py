@@ -147,3 +147,90 @@ def test_go1_contract_states_and_final_states():
     torch.testing.assert_close(last.final_obs, twin_steps[4].obs, rtol=0, atol=0)
     torch.testing.assert_close(last.extras["final_states"], twin_steps[4].extras["states"], rtol=0, atol=0)
     assert math.isfinite(float(last.reward.sum()))
+
+
+def test_mjlab_tune_configs_validate():
+    import glob
+
+    import yaml
+
+    from rllib_fast.cli import resolve_algorithm, validate_config
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    seen = set()
+    for path in sorted(glob.glob(os.path.join(root, "tune_configs", "mjlab-*.yaml"))):
+        for spec in yaml.safe_load(open(path)).values():
+            config = dict(spec["config"])
+            if not torch.cuda.is_available():  # the GPU configs are checked for everything else
+                config["env_device"] = "cpu"
+            validate_config(resolve_algorithm(spec["run"]), {**config, "env": spec["env"]})
+            seen.add((spec["run"], spec["env"]))
+    tasks = ("mjlab:Mjlab-Cartpole-Balance", "mjlab:Mjlab-Cartpole-Swingup", "mjlab:Mjlab-Velocity-Flat-Unitree-Go1")
+    assert {(algo, t) for algo in ("FastPPO", "PQL") for t in tasks} <= seen
+
+
+def _params(module):
+    return torch.cat([p.detach().flatten() for p in module.parameters()])
+
+
+def test_go1_fastppo_smoke_with_critic_group_checkpoint_and_restore(tmp_path):
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+
+    cfg = (FastPPOConfig().environment(GO1, num_envs=4)
+           .training(rollout_length=8, num_minibatches=2, num_epochs=1, decorrelate_steps=0, hidden_sizes=[32, 32],
+                     asymmetric_critic=True)
+           .debugging(seed=0))
+    algo = cfg.build_algo()
+    try:
+        assert algo.module.vf[0].in_features == 72 and algo.module.pi[0].in_features == 48
+        for _ in range(2):
+            r = algo.train()
+        learner = r["learners"]["default_policy"]
+        assert math.isfinite(learner["policy_loss"]) and math.isfinite(learner["vf_loss"])
+        assert r["num_env_steps_sampled_lifetime"] == 2 * 8 * 4
+        path = algo.save_to_path(str(tmp_path / "ckpt"))
+        saved = _params(algo.module)
+    finally:
+        algo.stop()
+    restored = Algorithm.from_checkpoint(path)
+    try:
+        assert restored.training_iteration == 2 and restored.env.single_state_space.shape == (72,)
+        torch.testing.assert_close(_params(restored.module), saved, rtol=0, atol=0)
+        r = restored.train()
+        assert restored.training_iteration == 3 and math.isfinite(r["learners"]["default_policy"]["vf_loss"])
+    finally:
+        restored.stop()
+
+
+def test_pql_beats_random_on_cartpole_balance():
+    """PQL (small-task sizes) on 5 s episodes of Cartpole balance (max return 5):
+    its greedy policy clearly beats uniform-random actions within a few iterations."""
+    from rllib_fast.algorithms.pql import PQLConfig
+    from rllib_fast.presets import preset
+
+    short = {"cfg": {"episode_length_s": 5.0}}  # 100 steps; same dynamics and reward
+    env = make(CARTPOLE, num_envs=64, seed=1, **short)
+    env.reset(seed=1)
+    ret = torch.zeros(64)
+    for _ in range(100):
+        ret += env.step(env.sample_actions()).reward
+    random_return = float(ret.mean())  # the pole falls: well under half the maximum
+    assert random_return < 2.5
+
+    kw = {k: v for k, v in preset("PQL", "Pendulum").items() if k != "num_envs"}
+    algo = (PQLConfig().environment(CARTPOLE, num_envs=64, env_config=short).training(**kw)
+            .debugging(seed=0).evaluation(evaluation_duration=8)).build_algo()
+    try:
+        best = -math.inf
+        for _ in range(20):
+            algo.train()
+            best = max(best, algo.evaluate()["env_runners"]["episode_return_mean"])
+            print(f"random {random_return:.2f}, best greedy {best:.2f}", flush=True)  # shown with -s
+            if best >= random_return + 1.0:
+                break
+    finally:
+        algo.stop()
+    assert best >= random_return + 1.0  # (4.2 vs 1.6 after 6 iterations here)
+
