@@ -194,13 +194,17 @@ def _quiet_rllib():
     API stack!") while we only validate; the trial logs them anyway."""
     import logging
 
-    log = logging.getLogger("ray.rllib")
-    old = log.level
-    log.setLevel(logging.ERROR)
+    # ray._common.deprecation: RLlib 2.60's RLModule.__init__ builds an RLModuleConfig itself,
+    # which logs "RLModule(config=...) has been deprecated" although no caller passed one.
+    logs = [logging.getLogger(name) for name in ("ray.rllib", "ray.tune", "ray._common.deprecation")]
+    old = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        log.setLevel(old)
+        for log, level in zip(logs, old):
+            log.setLevel(level)
 
 
 def _warn_unknown_rllib_keys(cls: type, config: Mapping[str, Any]) -> None:
@@ -677,7 +681,8 @@ def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: O
     except ValueError as err:
         raise UsageError(_one_line(err)) from None
     try:
-        algo.restore_from_path(ckpt)
+        with _quiet_rllib():
+            algo.restore_from_path(ckpt)
         result = algo.evaluate()
     finally:
         algo.stop()

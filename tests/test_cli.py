@@ -285,6 +285,14 @@ def test_train_flags_fastppo(capsys, tmp_path):
     # a trial directory resolves to its latest checkpoint
     assert main(["evaluate", os.path.dirname(s["checkpoint"]), "--episodes", "2"]) == 0
     assert "over 2 episodes" in capsys.readouterr().out
+    # the console: the best-trial line names the swept keys only (here none: lr), not the whole config;
+    # evaluate prints its result without RLlib's deprecation notices about RLModule(config=...)
+    best = [ln for ln in out.splitlines() if ln.startswith("Current best trial:")]
+    assert all(len(ln) <= 200 and "parameters={'lr': " in ln for ln in best), best
+    proc = subprocess.run([sys.executable, "-m", "rllib_fast.cli", "evaluate", s["checkpoint"], "--episodes", "2"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0 and "over 2 episodes" in proc.stdout, proc.stderr[-2000:]
+    assert "deprecated" not in proc.stderr.lower() and "DeprecationWarning" not in proc.stderr, proc.stderr
 
 
 def test_failed_trial_summary_png_and_real_error_last(capsys, tmp_path):
