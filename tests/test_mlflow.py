@@ -178,6 +178,46 @@ def test_recorder_without_tune_failed_status_and_batching(tmp_path):
     assert plots == {"plots/learning_curve.png"}
 
 
+def test_redone_iterations_logged_once_after_recover_and_resume(tmp_path):
+    """A trial restarted from its checkpoint redoes iterations: after on_trial_recover (same
+    driver) and for a run found again by a new driver (sweep --resume), each step is logged
+    once; the parent run found again is closed; the curve collector keeps one point per
+    iteration."""
+    from mlflow.tracking import MlflowClient
+
+    def result(i):
+        return {"training_iteration": i, "num_env_steps_sampled_lifetime": 100 * i,
+                "env_runners": {"episode_return_mean": float(i)}}
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    rec, curves = MLflowRecorder(uri, parent_run_name="sweep"), CurveCollector()
+    t = _FakeTrial("t1", {"env": "CartPole", "lr": 1e-3})
+    rec.log_trial_start(t)
+    for i in (1, 2, 3):
+        rec.log_trial_result(i, t, result(i))
+        curves.on_trial_result(i, [t], t, result(i))
+    rec.on_trial_recover(3, [t], t)  # restored from the checkpoint of iteration 2
+    for i in (3, 4):
+        rec.log_trial_result(i, t, result(i))
+        curves.on_trial_result(i, [t], t, result(i))
+    assert curves.curves["t1"] == [(100, 1.0), (200, 2.0), (300, 3.0), (400, 4.0)]
+    # a new driver (sweep --resume) restores from iteration 2 again
+    rec2 = MLflowRecorder(uri, parent_run_name="sweep")
+    rec2.log_trial_start(t)
+    for i in (3, 4, 5):
+        rec2.log_trial_result(i, t, result(i))
+    rec2.log_trial_end(t)
+    rec2.on_experiment_end([t])
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("fake-exp").experiment_id])
+    (child,) = [r for r in runs if "trial_id" in r.data.tags]
+    (parent,) = [r for r in runs if r.data.tags.get("rllib_fast_sweep") == "sweep"]
+    assert parent.info.status == "FINISHED" and child.info.status == "FINISHED"
+    hist = client.get_metric_history(child.info.run_id, RETURN)
+    assert sorted((m.step, m.value) for m in hist) == [(100 * i, float(i)) for i in range(1, 6)]
+    assert rec2.curves["t1"] == [(100 * i, float(i)) for i in range(1, 6)]
+
+
 # -- with Tune -----------------------------------------------------------------------------------
 def test_tuner_one_run_per_trial(tmp_path, ray_2cpu):
     from mlflow.tracking import MlflowClient
