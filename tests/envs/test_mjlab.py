@@ -234,3 +234,34 @@ def test_pql_beats_random_on_cartpole_balance():
         algo.stop()
     assert best >= random_return + 1.0  # (4.2 vs 1.6 after 6 iterations here)
 
+
+def test_fastppo_learns_cartpole_balance():
+    """FastPPO with the rsl_rl PPO schedule (N=256, 32 steps/env, 5 epochs x 4
+    minibatches, lr 1e-3 held near KL 0.01; FastPPO's other defaults) reaches a mean
+    return of 45 of the maximum 50 from seed 0 (iteration 64 here, ~0.52M env steps, ~1 minute).
+
+    The initial policy std is 0.37 (log std -1) instead of rsl_rl's 1: the return counts
+    the sampled actions, and Cartpole's reward multiplies in a control term of the
+    action, which FastPPO clamps to the +-1 bound (rsl_rl's config leaves actions
+    unclipped). At std 1 the clamped samples cap the return near 45 and the std shrinks
+    slowly (mean return 30-37 after 150 iterations, with or without rsl_rl's entropy
+    bonus and ELU)."""
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+
+    cfg = (FastPPOConfig().environment(CARTPOLE, num_envs=256)
+           .training(rollout_length=32, num_epochs=5, num_minibatches=4, lr=1e-3, adaptive_lr_kl_target=0.01,
+                     init_log_std=-1.0, decorrelate_steps=1)
+           .debugging(seed=0))
+    algo = cfg.build_algo()
+    best = -math.inf
+    try:
+        for i in range(150):
+            ret = algo.train()["env_runners"].get("episode_return_mean", math.nan)
+            print(f"iteration {i}: mean return {ret:.2f}", flush=True)  # shown with -s
+            if ret == ret:
+                best = max(best, ret)
+            if best >= 45.0:
+                break
+    finally:
+        algo.stop()
+    assert best >= 45.0
