@@ -25,6 +25,7 @@ from ray import tune
 from rllib_fast.algorithms.ppo import FastPPOConfig
 from rllib_fast.cli import build_parser, main
 from rllib_fast.tune import sweep as sw
+from rllib_fast.tune.plan import load_sweeps
 from rllib_fast.core.guard import NonFiniteUpdateError
 
 SMALL = dict(num_envs=8, rollout_length=16, num_minibatches=2, decorrelate_steps=0)
@@ -64,7 +65,7 @@ def test_killed_trial_restarts_from_checkpoint_and_counters_continue(tmp_path, m
     f = tmp_path / "killed.yaml"
     f.write_text(KILL_SWEEP)
     args = build_parser().parse_args(["sweep", str(f), "--storage-path", str(tmp_path / "runs")])
-    (sweep,) = sw.load_sweeps(str(f), args)
+    (sweep,) = load_sweeps(str(f), args)
     assert sweep.max_failures == 2
     killer = KillOnce()
     sw.init_ray(num_cpus=2)

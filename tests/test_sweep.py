@@ -17,6 +17,7 @@ import yaml
 
 from rllib_fast.cli import build_parser, main
 from rllib_fast.tune import sweep as sw
+from rllib_fast.tune.plan import check_mutation_keys, load_sweeps
 
 REPO = Path(__file__).resolve().parents[1]
 TUNE_CONFIGS = REPO / "tune_configs"
@@ -47,7 +48,7 @@ def test_every_tune_config_parses_and_names_registered_algorithms(path):
     missing = sorted(n for n in (names or ()) if not _registered(n))
     assert not missing, f"{path.name} names algorithms that are not registered: {missing}"
     args = build_parser("rllib-fast").parse_args(["sweep", str(path)])
-    sweeps = sw.load_sweeps(str(path), args)
+    sweeps = load_sweeps(str(path), args)
     assert sweeps
     for s in sweeps:
         assert _registered(s.run)
@@ -139,8 +140,8 @@ def test_pbt_mutation_key_and_dashboard_checked_before_ray(tmp_path, capsys):
     assert len(err) == 1 and "hyperparam_mutations key 'clip_parm' is not a hyperparameter of FastPPO" in err[0]
     assert "Did you mean 'clip_param'?" in err[0] and "Allowed:" in err[0] and not ray.is_initialized()
     with pytest.raises(sw.SweepError, match="'lrr'"):
-        sw.check_mutation_keys({"lrr": [1e-3]}, "PPO")  # RLlib built-ins: their config keys
-    sw.check_mutation_keys({"lr": [1e-3], "clip_param": [0.2]}, "PPO")
+        check_mutation_keys({"lrr": [1e-3]}, "PPO")  # RLlib built-ins: their config keys
+    check_mutation_keys({"lr": [1e-3], "clip_param": [0.2]}, "PPO")
     from rllib_fast.tune.session import dashboard_missing
 
     if dashboard_missing() is None:

@@ -42,16 +42,16 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
-from .session import init_ray  # noqa: F401  (public here too: sweep.init_ray)
+from .session import init_ray  # noqa: F401  (public here too: sweep.init_ray, as before)
 
 RETURN_KEY = "env_runners/episode_return_mean"
 
 #: YAML search-space forms ``{name: [args...]}`` -> ``ray.tune`` sampler name.
 DOMAINS = ("uniform", "loguniform", "quniform", "qloguniform", "randint", "lograndint", "qrandint",
            "choice", "randn")
-#: Per-experiment keys this module consumes (everything else goes to cli._finish_spec).
+#: Per-experiment keys this module consumes (everything else is checked by tune.plan).
 SWEEP_KEYS = ("scheduler", "search", "metric", "mode", "resources", "max_concurrent_trials", "max_failures",
               "failure_config", "reuse_actors", "callbacks")
 SCHEDULERS = ("fifo", "pbt", "asha", "median")
@@ -235,9 +235,6 @@ def split_sweep_keys(raw: Mapping[str, Any], where: str, gpus_available: float =
         if "max_failures" in extra or "max_failures" in failure:
             raw["max_failures"] = int(extra.get("max_failures", failure.get("max_failures", 0)))
         kw: Dict[str, Any] = {}
-        sched = extra.get("scheduler")
-        if isinstance(sched, Mapping) and isinstance(sched.get("hyperparam_mutations"), Mapping):
-            check_mutation_keys(sched["hyperparam_mutations"], raw.get("run") or raw.get("algo"))
         if extra.get("scheduler") is not None:
             kw["scheduler"] = make_scheduler(extra["scheduler"])
         if extra.get("search") is not None:
@@ -253,62 +250,6 @@ def split_sweep_keys(raw: Mapping[str, Any], where: str, gpus_available: float =
         kw.setdefault("metric", RETURN_KEY)
         kw.setdefault("mode", "max")
     return raw, kw
-
-
-def mutable_keys(algo: Any) -> List[str]:
-    """Config keys PBT may mutate for ``algo`` (a name or class): an rllib_fast
-    algorithm's declared hyperparameters (``hyperparameter_spec()``), else the keys
-    of the algorithm's RLlib config."""
-    from ..core.algorithm import FastAlgorithm
-
-    if isinstance(algo, str):
-        from ..cli import UsageError, resolve_algorithm
-
-        try:
-            algo = resolve_algorithm(algo)
-        except UsageError:
-            return []  # the unknown algorithm is reported on its own
-    if isinstance(algo, type) and issubclass(algo, FastAlgorithm):
-        return sorted(algo.get_default_config().hyperparameter_spec())
-    get_config = getattr(algo, "get_default_config", None)
-    return sorted(k for k in get_config().to_dict() if not k.startswith("_")) if get_config else []
-
-
-def check_mutation_keys(mutations: Mapping[str, Any], algo: Any) -> None:
-    """Raise :class:`SweepError` (one line) for a PBT ``hyperparam_mutations`` key that
-    is not a hyperparameter of ``algo`` -- before Ray starts, not in every trial."""
-    allowed = mutable_keys(algo)
-    if not allowed:
-        return
-    for key in mutations:
-        if key not in allowed:
-            import difflib
-
-            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            name = algo if isinstance(algo, str) else getattr(algo, "__name__", algo)
-            raise SweepError(f"scheduler pbt: hyperparam_mutations key {key!r} is not a hyperparameter of "
-                             f"{name}.{hint} Allowed: {', '.join(allowed)}")
-
-
-def load_sweeps(path: str, args, gpus_available: float = 0.0) -> List[Sweep]:
-    """Parse a sweep file into :class:`Sweep` objects (validated, nothing started)."""
-    from .. import cli
-
-    plan = cli.plan_from_file(path, args, gpus_available=gpus_available)
-    sweeps = []
-    for name, spec in plan.experiments.items():
-        kwargs = dict(plan.sweep_kwargs.get(name, plan.tune_kwargs))
-        if kwargs.get("metric") is None and kwargs.get("search_alg") is not None:
-            kwargs["metric"] = getattr(kwargs["search_alg"], "metric", None)
-        unknown = set(spec) - {"run", "config", "stop", "checkpoint_config", "storage_path", "num_samples",
-                               "max_failures"}
-        if unknown:
-            raise cli.UsageError(f"{path}: experiment {name!r}: unknown key(s) {sorted(unknown)}; allowed: run, "
-                                 "env, stop, config, checkpoint_config, storage_path, num_samples, "
-                                 f"{', '.join(SWEEP_KEYS)}")
-        sweeps.append(Sweep(name, spec, kwargs))
-    return sweeps
 
 
 # ----------------------------------------------------------------------------------------------
@@ -341,70 +282,8 @@ def build_tuner(sweep: Sweep, callbacks: Optional[list] = None, *, verbose: int 
     return tune.Tuner(sweep.run, param_space=sweep.param_space, tune_config=tune_config, run_config=run_config)
 
 
-def run_sweep(args) -> int:
-    """The ``sweep`` subcommand: load, (re)start every experiment of the file, summarise."""
-    import ray
-    from .. import cli
-    from .mlflow import MLflowRecorder, default_tracking_uri
-    from .plots import CurveCollector
-    from .session import dashboard_missing, progress_reporter, temporary_env
-
-    sweeps = load_sweeps(args.file, args)  # validate everything before starting Ray
-    for sweep in sweeps:
-        if args.resume and not os.path.isdir(sweep.path):
-            raise cli.UsageError(f"--resume: no sweep to resume at {sweep.path}")
-        if not args.resume and os.path.isdir(sweep.path) and os.listdir(sweep.path):
-            # A second Tuner in the same folder mixes two sweeps' trials (and MLflow nests the
-            # new runs under the old parent): refuse, the user picks one or the other.
-            raise cli.UsageError(f"{sweep.path} already holds sweep {sweep.name!r}: use --resume or a new name "
-                                 "(--name NAME or --storage-path DIR)")
-    cli.check_devices({sweep.name: {"config": sweep.param_space} for sweep in sweeps}, args)
-    address = getattr(args, "address", None) or args.ray_address
-    if getattr(args, "dashboard", False):
-        missing = dashboard_missing()
-        if missing:
-            raise cli.UsageError(f"--dashboard needs the Ray dashboard packages: pip install 'ray[default]' "
-                                 f"(missing: {missing})")
-    started = init_ray(address, num_cpus=args.ray_num_cpus, num_gpus=args.ray_num_gpus,
-                       dashboard=getattr(args, "dashboard", False),
-                       dashboard_host=getattr(args, "dashboard_host", "127.0.0.1"), log_to_driver=args.verbose >= 1)
-    rc = 0
-    try:
-        if cluster_gpus() > 0:  # `gpu: auto` packs fractional GPUs only where there are GPUs
-            sweeps = load_sweeps(args.file, args, cluster_gpus())
-        for sweep in sweeps:
-            collector = CurveCollector(RETURN_KEY)
-            callbacks: list = [collector]
-            recorder = None
-            if args.mlflow:
-                recorder = MLflowRecorder(default_tracking_uri(), parent_run_name=sweep.name)
-                callbacks.append(recorder)
-            reporter = progress_reporter([sweep.param_space], max_report_frequency=10)
-            try:
-                tuner = build_tuner(sweep, callbacks, verbose=min(3, args.verbose), resume=args.resume,
-                                    progress_reporter=reporter)
-            except SweepError as err:
-                raise cli.UsageError(str(err)) from None
-            with temporary_env("RAY_AIR_NEW_OUTPUT", "0"):  # the classic tables, our columns
-                results = tuner.fit()
-            trials = results._experiment_analysis.trials
-            if recorder is not None and args.resume:
-                recorder.find_experiments([sweep.name])  # the restored Tuner ran its own pickled copy
-            plan = cli.Plan()
-            plan.experiments[sweep.name] = {}
-            rc = max(rc, cli._summarize(trials, plan, collector, recorder,
-                                        {"metric": sweep.metric, "mode": sweep.mode,
-                                         "search_alg": sweep.search_alg}))
-            print(f"sweep directory: {sweep.path} (report: rllib-fast report {sweep.path}; "
-                  f"resume: rllib-fast sweep {args.file} --resume)")
-    finally:
-        if started:
-            ray.shutdown()
-    return rc
-
-
 def add_arguments(p) -> None:
-    """Sweep-only flags (the run options come from cli._add_run_options)."""
+    """Sweep-only flags (the run options are the CLI's, shared with ``train``)."""
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT",
                    help="run the same file on a Ray cluster ('auto': the one this machine is part of)")
     p.add_argument("--resume", action="store_true",
