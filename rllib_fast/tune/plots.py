@@ -19,7 +19,7 @@ STEP_KEY = "num_env_steps_sampled_lifetime"
 Curve = List[Tuple[float, float]]
 
 
-def _get(result: Mapping, key: str):
+def result_value(result: Mapping, key: str):
     """``result[key]`` where key may be '/'-flattened (``a/b`` -> ``result['a']['b']``)."""
     if key in result:
         return result[key]
@@ -31,7 +31,8 @@ def _get(result: Mapping, key: str):
     return node
 
 
-def _number(value) -> Optional[float]:
+def finite_float(value) -> Optional[float]:
+    """``float(value)`` when it is a finite number (bools and None are not), else None."""
     if isinstance(value, bool) or value is None:
         return None
     try:
@@ -44,15 +45,15 @@ def _number(value) -> Optional[float]:
 def env_step(result: Mapping) -> int:
     """The step axis of a result: lifetime env steps, else the iteration."""
     for key in (STEP_KEY, "env_runners/" + STEP_KEY, "timesteps_total"):
-        value = _number(_get(result, key))
+        value = finite_float(result_value(result, key))
         if value is not None:
             return int(value)
-    return int(_get(result, "training_iteration") or 0)
+    return int(result_value(result, "training_iteration") or 0)
 
 
 def curve_point(result: Mapping, metric: str = RETURN_KEY) -> Optional[Tuple[int, float]]:
     """``(env_steps, metric)`` of one result, or None when the metric is missing/NaN."""
-    value = _number(_get(result, metric))
+    value = finite_float(result_value(result, metric))
     return None if value is None else (env_step(result), value)
 
 
@@ -175,7 +176,7 @@ def results_curve(results: Iterable[Mapping], metric: str = RETURN_KEY) -> Curve
         point = curve_point(r, metric)
         if point is not None:
             by_iter[r.get("training_iteration", len(by_iter))] = point
-    return [by_iter[k] for k in sorted(by_iter, key=lambda k: (_number(k) is None, _number(k) or 0))]
+    return [by_iter[k] for k in sorted(by_iter, key=lambda k: (finite_float(k) is None, finite_float(k) or 0))]
 
 
 class CurveCollector(Callback):
@@ -196,7 +197,7 @@ class CurveCollector(Callback):
         self.labels[trial.trial_id] = str(trial)
         if point is None:
             return
-        it = _number(result.get("training_iteration"))
+        it = finite_float(result.get("training_iteration"))
         curve = self.curves.setdefault(trial.trial_id, [])
         iters = self._iters.setdefault(trial.trial_id, [])
         if it is not None:  # a restored trial redoes iterations: the new points replace the old ones

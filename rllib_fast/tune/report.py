@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ray.tune.utils import flatten_dict
 
-from .plots import RETURN_KEY, _get, _number, env_step, plot_curves, read_trial_results
+from .plots import RETURN_KEY, result_value, finite_float, env_step, plot_curves, read_trial_results
 
 #: Returns at which the built-in tasks count as solved (used when --threshold is not given).
 DEFAULT_THRESHOLDS = {"CartPole": 475.0, "rllib-fast-gym:CartPole": 475.0, "CartPole-v1": 475.0,
@@ -59,10 +59,10 @@ class TrialRecord:
     def curve(self, metric: str, x: str = "env_steps") -> List[tuple]:
         pts = []
         for r in self.results:
-            y = _number(_get(r, metric))
+            y = finite_float(result_value(r, metric))
             if y is None:
                 continue
-            xv = env_step(r) if x == "env_steps" else _number(r.get("time_total_s"))
+            xv = env_step(r) if x == "env_steps" else finite_float(r.get("time_total_s"))
             if xv is not None:
                 pts.append((xv, y))
         return pts
@@ -74,9 +74,9 @@ class TrialRecord:
     def time_to(self, threshold: float, metric: str, mode: str = "max"):
         """(env steps, wall-clock s) of the first result reaching ``threshold``."""
         for r in self.results:
-            y = _number(_get(r, metric))
+            y = finite_float(result_value(r, metric))
             if y is not None and (y >= threshold if mode == "max" else y <= threshold):
-                return env_step(r), _number(r.get("time_total_s"))
+                return env_step(r), finite_float(r.get("time_total_s"))
         return None
 
 
