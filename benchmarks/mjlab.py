@@ -247,7 +247,9 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     raw = tp.get("raw", {})
     lines = [f"# mjlab: rsl_rl vs FastPPO vs PQL on {TASK} (target mean return {meta['target']:g} of 50)", "",
              f"{meta['date']}, {meta['machine']}, {meta['threads']} torch thread(s) per arm, seeds {meta['seeds']}, "
-             f"{meta['budget']:g} s cap per learn arm, commit {meta.get('commit')}.", ""]
+             + (f"arms re-run or added {meta['updated']} (each row's cap is its own), " if meta.get("updated")
+                else f"{meta['budget']:g} s cap per learn arm, ")
+             + f"commit {meta.get('commit')}.", ""]
     if meta.get("under_load"):
         lines += [f"**Taken under load** ({meta['under_load']}): absolute times and throughputs are lower "
                   "bounds; compare arms only within this file.", ""]
