@@ -7,7 +7,7 @@ Three parts, every arm in its own child process, one after another (see
    settings until the mean return of the last 100 finished episodes reaches
    475 or the time cap ``--cartpole-budget`` (180 s) runs out. FastDQN and
    Rainbow use ``CARTPOLE_DQN`` / ``CARTPOLE_RAINBOW`` from
-   ``rllib_fast/algorithms/dqn/tuned.py``; RLlib's DQN (new API stack,
+   ``rllib_fast/presets.py``; RLlib's DQN (new API stack,
    ``num_env_runners=0``) RLlib's tuned example ``tuned_examples/dqn/cartpole_dqn.py``
    on gymnasium ``CartPole-v1``; SB3's DQN the rl-baselines3-zoo ``dqn.yml``
    CartPole-v1 entry.
@@ -87,9 +87,9 @@ def _finite(x: Any) -> Optional[float]:
 
 
 def _tuned() -> Dict[str, Dict[str, Any]]:
-    from rllib_fast.algorithms.dqn import tuned
+    from rllib_fast.presets import preset
 
-    return dict(dqn=dict(tuned.CARTPOLE_DQN), rainbow=dict(tuned.CARTPOLE_RAINBOW))
+    return dict(dqn=preset("FastDQN", "CartPole"), rainbow=preset("Rainbow", "CartPole"))
 
 
 def _minatar_gym_env(game: str, obs_dtype: str):
@@ -121,7 +121,7 @@ def arm_fastdqn(ctx: H.ArmContext, env: str, algo: str = "dqn", preset: str = "c
     from rllib_fast.algorithms.dqn import FastDQNConfig, RainbowConfig
 
     if preset == "cartpole":
-        kw, source = _tuned()[algo], "rllib_fast/algorithms/dqn/tuned.py"
+        kw, source = _tuned()[algo], "rllib_fast/presets.py"
     else:
         kw, source = dict(MINATAR_DQN if algo == "dqn" else MINATAR_RAINBOW), "benchmarks/dqn.py MINATAR_*"
     kw.update(overrides)

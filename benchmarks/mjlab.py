@@ -14,7 +14,7 @@ Every arm runs in its own child process (``_harness.run_arms``), one at a time:
 * ``fastppo_rsl-<N>``: FastPPO tuned rsl_rl-style: the rsl_rl config's PPO schedule
   (32 steps/env, 5 epochs x 4 minibatches, lr 1e-3 held near KL 0.01), FastPPO's other
   defaults, initial std 0.37 (the settings of tests/envs/test_mjlab.py);
-* ``pql-<N>``: PQL with the small-task sizes (``pql/tuned.py``);
+* ``pql-<N>``: PQL with the small-task sizes (``rllib_fast/presets.py``);
 * throughput arms ``tput:raw-<N>`` (the mjlab env itself, zero actions, mjlab's
   auto-reset: the simulator's ceiling) and ``tput:adapter-<N>`` (the ``mjlab:``
   source with its exact terminal observations, zero actions): every learn arm's

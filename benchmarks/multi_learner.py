@@ -38,11 +38,10 @@ def run_one(algo: str, learners: int, steps: int, seed: int, device: str, gpus: 
     from rllib_fast.algorithms.a2c import FastA2CConfig
     from rllib_fast.algorithms.appo import FastA3CConfig, FastAPPOConfig
     from rllib_fast.algorithms.ppo import FastPPOConfig
-    from rllib_fast.algorithms.ppo.tuned import CARTPOLE
 
     env = dict(num_envs=64, env_device=device)
     if algo == "FastPPO":
-        cfg = FastPPOConfig().environment("CartPole", **env).training(**CARTPOLE)
+        cfg = FastPPOConfig().environment("CartPole", **env)
     elif algo == "FastA2C":
         cfg = FastA2CConfig().environment("CartPole", **env).training(lr_rule="sqrt")
     elif algo == "FastAPPO":  # fixed lr (no KL-adaptive schedule, as the paper), tuned for CartPole

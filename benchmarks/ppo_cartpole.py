@@ -48,19 +48,16 @@ TARGET = 475.0
 MATCHED_T = {8: 32, 64: 32, 1024: 16, 4096: 8}
 THROUGHPUT_NS = (64, 1024, 4096)
 
-# FastPPO learn settings used when rllib_fast/algorithms/ppo/tuned.py has no
-# CARTPOLE entry for that N. N=64: FastPPO's defaults. N=1024/4096: picked from
-# ~10 runs on this 2-core machine (Stooke & Abbeel: short horizon as N grows,
-# larger lr, more minibatches so the number of updates per sample does not
-# collapse); rollout_length=8/4 with 4 minibatches and lr 3e-4 did not reach 475
-# in 70 s at either N.
-FASTPPO_FALLBACK: Dict[int, Dict[str, Any]] = {
-    64: dict(rollout_length=32, num_epochs=4, num_minibatches=4, lr=3e-4),
+# FastPPO learn settings per N. N=64: FastPPO's defaults (docs/defaults.md).
+# N=1024/4096: picked from ~10 runs on this 2-core machine (Stooke & Abbeel:
+# short horizon as N grows, larger lr, more minibatches so the number of updates
+# per sample does not collapse); rollout_length=8/4 with 4 minibatches and lr
+# 3e-4 did not reach 475 in 70 s at either N.
+FASTPPO_LEARN: Dict[int, Dict[str, Any]] = {
+    64: {},
     1024: dict(rollout_length=16, num_epochs=4, num_minibatches=8, lr=1e-3, adaptive_lr_kl_target=0.01),
     4096: dict(rollout_length=8, num_epochs=4, num_minibatches=8, lr=1e-3, adaptive_lr_kl_target=0.01),
 }
-# tuned.py's CARTPOLE may be one flat dict (tuned at this N) or {N: dict}
-TUNED_FLAT_N = 64
 
 
 def matched(n: int) -> Dict[str, Any]:
@@ -79,26 +76,6 @@ def _finite(x: Any) -> Optional[float]:
     return None if x != x else x
 
 
-def _load_tuned():
-    """rllib_fast/algorithms/ppo/tuned.py (plain dicts) loaded by path, so the
-    single-file arm does not import rllib_fast (and Ray) just to read it."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("rllib_fast")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], "algorithms", "ppo", "tuned.py")
-    if not os.path.exists(path):
-        return None
-    mod_spec = importlib.util.spec_from_file_location("_rllib_fast_ppo_tuned", path)
-    mod = importlib.util.module_from_spec(mod_spec)
-    try:
-        mod_spec.loader.exec_module(mod)
-    except Exception:  # noqa: BLE001 - a half-written file: fall back
-        return None
-    return mod
-
-
 def fastppo_kwargs(n: int, preset: str) -> Tuple[Dict[str, Any], str]:
     if preset == "defaults":
         return {}, "FastPPOConfig defaults"
@@ -106,16 +83,10 @@ def fastppo_kwargs(n: int, preset: str) -> Tuple[Dict[str, Any], str]:
         m = matched(n)
         return dict(rollout_length=m["T"], num_epochs=m["epochs"], num_minibatches=m["minibatches"],
                     lr=m["lr"]), "matched"
-    tuned = _load_tuned()
-    if tuned is not None:
-        table = dict(getattr(tuned, "CARTPOLE", {}) or {})
-        per_n = table and all(isinstance(k, int) for k in table)
-        if per_n and n in table:
-            return dict(table[n]), "rllib_fast/algorithms/ppo/tuned.py"
-        if table and not per_n and n == TUNED_FLAT_N:
-            kw = {k: v for k, v in table.items() if k != "num_envs"}
-            return kw, "rllib_fast/algorithms/ppo/tuned.py"
-    return dict(FASTPPO_FALLBACK.get(n, FASTPPO_FALLBACK[64])), "benchmark fallback"
+    if n in FASTPPO_LEARN:
+        return dict(FASTPPO_LEARN[n]), ("FastPPOConfig defaults" if not FASTPPO_LEARN[n] else
+                                        "benchmarks/ppo_cartpole.py FASTPPO_LEARN")
+    return dict(FASTPPO_LEARN[1024]), "benchmarks/ppo_cartpole.py FASTPPO_LEARN[1024]"
 
 
 def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "learn", **overrides: Any) -> None:

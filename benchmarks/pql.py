@@ -11,8 +11,8 @@ these methods (PQL's mixed exploration runs half its envs with σ > 0.4).
 RLlib's SAC is evaluated with ``algo.evaluate()`` (explore=False) on its own
 gymnasium Pendulum-v1 through the ``rllib-fast-gym:Pendulum`` bridge.
 
-Settings: ours from ``rllib_fast/algorithms/pql/tuned.py`` (``PENDULUM``) and
-``rllib_fast/algorithms/ppo/tuned.py``; RLlib SAC modelled on RLlib's
+Settings: ours from ``rllib_fast/presets.py`` (``preset(algo, "Pendulum")``) and
+FastPPO's defaults at 64 envs; RLlib SAC modelled on RLlib's
 ``tuned_examples/sac/pendulum_sac.py`` (new API stack); SB3 after
 rl-baselines3-zoo's Pendulum-v1 entries (SAC: lr 1e-3; TD3: lr 1e-3, γ 0.98,
 N(0, 0.1) action noise, [400, 300], 10k learning starts).
@@ -20,7 +20,7 @@ N(0, 0.1) action noise, [400, 300], 10k learning starts).
 MuJoCo part (``--part mujoco`` or ``all``): HalfCheetah-v5 >= 3000 for the
 same seven arms within ``--mujoco-budget`` seconds each -- ours through the
 gymnasium bridge (``gym:HalfCheetah-v5``, 16 envs, settings in
-``pql/tuned.py`` ``HALFCHEETAH``; FastPPO with the PPO settings of
+``rllib_fast/presets.py`` (``gym:HalfCheetah-v5``); FastPPO with the PPO settings of
 ``benchmarks/sources.py``), RLlib SAC and SB3 SAC/TD3 on gymnasium's
 ``HalfCheetah-v5`` with their published MuJoCo settings (RLlib: lr 3e-4,
 tau 0.005, batch 256, 10k random steps; SB3 after rl-baselines3-zoo). The
@@ -98,19 +98,18 @@ def _finite(x: Any) -> Optional[float]:
 # arms (child side)
 # ---------------------------------------------------------------------------
 def arm_ours(ctx: H.ArmContext, algo: str, env: str = "Pendulum", **overrides: Any) -> None:
-    from rllib_fast.algorithms.ppo import tuned as ppo_tuned
-    from rllib_fast.algorithms.pql import tuned
+    from rllib_fast.presets import preset
 
     every_s, episodes = _cadence(env)
     if algo == "FastPPO":
         from rllib_fast.algorithms.ppo import FastPPOConfig as C
 
-        kw = dict(PPO_HALFCHEETAH if _is_mujoco(env) else ppo_tuned.PENDULUM)
+        kw = dict(PPO_HALFCHEETAH if _is_mujoco(env) else dict(num_envs=64))  # defaults at 64 envs
     else:
         from rllib_fast.algorithms import pql
 
         C = {"PQL": pql.PQLConfig, "DDPGN": pql.DDPGNConfig, "SACN": pql.SACNConfig}[algo]
-        kw = dict(tuned.HALFCHEETAH if _is_mujoco(env) else tuned.PENDULUM)
+        kw = preset(algo, "gym:HalfCheetah-v5" if _is_mujoco(env) else "Pendulum")
     kw.update(overrides)
     n = int(kw.pop("num_envs"))
     cfg = (C().environment(env, num_envs=n, env_device="cpu").training(**kw).debugging(seed=ctx.seed)

@@ -6,9 +6,8 @@ from ray.rllib.algorithms.algorithm import Algorithm
 
 import rllib_fast  # noqa: F401  (registers algorithms and envs)
 from rllib_fast.algorithms.ppo import FastPPOConfig
-from rllib_fast.algorithms.ppo.tuned import CARTPOLE
 
-config = FastPPOConfig().environment("CartPole", num_envs=64).training(**CARTPOLE).debugging(seed=0)
+config = FastPPOConfig().environment("CartPole").debugging(seed=0)  # the defaults learn it
 algo = config.build_algo()
 for i in range(200):
     result = algo.train()

@@ -347,11 +347,11 @@ def test_pql_ray_backend_with_states(tmp_path):
 
 def test_pql_learns_with_an_asymmetric_critic():
     """The PQL stand-in run of tests/envs/test_isaac_algorithms.py with states required."""
-    from rllib_fast.algorithms.pql.tuned import PENDULUM  # small nets for a 2-core CPU
+    from rllib_fast.presets import preset  # small nets for a 2-core CPU
 
     env, env_config = VECTASK
     env_config = {**env_config, "cfg": {"env": {"episodeLength": 64}}}
-    kw = {k: v for k, v in PENDULUM.items() if k != "num_envs"}
+    kw = {k: v for k, v in preset("PQL", "Pendulum").items() if k != "num_envs"}
     algo = (CONFIGS["PQL"]().environment(env, num_envs=32, env_config=env_config)
             .training(**{**kw, "steps_per_iteration": 25, "asymmetric_critic": True}).debugging(seed=0)).build_algo()
     try:

@@ -74,9 +74,7 @@ def test_resource_request_has_one_bundle_per_learner():
 
 @pytest.mark.slow
 def test_two_learner_ppo_learns_cartpole():
-    from rllib_fast.algorithms.ppo.tuned import CARTPOLE
-
-    algo = FastPPOConfig().environment("CartPole", num_envs=64).training(**CARTPOLE).learners(
+    algo = FastPPOConfig().environment("CartPole", num_envs=64).learners(
         num_learners=2).debugging(seed=0).build_algo()
     best = -math.inf
     for _ in range(150):

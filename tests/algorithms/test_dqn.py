@@ -9,6 +9,7 @@ from ray.rllib.algorithms.algorithm import Algorithm
 from rllib_fast.algorithms.dqn import (EpsRainbow, EpsRainbowConfig, FastDQN, FastDQNConfig, Rainbow,
                                        RainbowConfig)
 from rllib_fast.algorithms.dqn.rules import apply_rule, dqn_lr, resolve_rule
+from rllib_fast.presets import preset
 
 
 def small(cls=FastDQNConfig, n=4, **kw):
@@ -125,8 +126,6 @@ def test_greedy_evaluation_and_noisy_eval_mode():
 
 
 def _train_until(cfg, threshold, max_env_steps):
-    from rllib_fast.algorithms.dqn.tuned import CARTPOLE_DQN  # noqa: F401  (documented source of settings)
-
     algo = cfg.build_algo()
     best = -math.inf
     while algo.env_steps < max_env_steps and best < threshold:
@@ -136,24 +135,18 @@ def _train_until(cfg, threshold, max_env_steps):
     return best
 
 
-def _tuned(cls, preset):
-    kw = dict(preset)
-    n = kw.pop("num_envs")
-    return cls().environment("CartPole", num_envs=n).training(**kw).debugging(seed=0)
+def _preset(cls, algo):
+    return cls().environment("CartPole").training(**preset(algo, "CartPole")).debugging(seed=0)
 
 
 @pytest.mark.slow
 def test_fastdqn_learns_cartpole_to_475():
-    from rllib_fast.algorithms.dqn.tuned import CARTPOLE_DQN
-
-    assert _train_until(_tuned(FastDQNConfig, CARTPOLE_DQN), 475, 500_000) >= 475
+    assert _train_until(_preset(FastDQNConfig, "FastDQN"), 475, 500_000) >= 475
 
 
 @pytest.mark.slow
 def test_rainbow_learns_cartpole_to_400():
-    from rllib_fast.algorithms.dqn.tuned import CARTPOLE_RAINBOW
-
-    assert _train_until(_tuned(RainbowConfig, CARTPOLE_RAINBOW), 400, 300_000) >= 400
+    assert _train_until(_preset(RainbowConfig, "Rainbow"), 400, 300_000) >= 400
 
 
 def test_minatar_smoke_with_cnn_trunk_and_uint8_replay():

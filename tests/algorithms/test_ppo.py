@@ -7,7 +7,6 @@ from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.core.columns import Columns
 
 from rllib_fast.algorithms.ppo import FastPPO, FastPPOConfig, FastPPOModule
-from rllib_fast.algorithms.ppo.tuned import CARTPOLE, PENDULUM
 from rllib_fast.envs import TensorVecEnv
 
 
@@ -106,14 +105,13 @@ def _train_until(cfg, threshold, max_iters):
 
 @pytest.mark.slow
 def test_learns_cartpole_to_475():
-    cfg = FastPPOConfig().environment("CartPole", num_envs=64).training(**CARTPOLE).debugging(seed=0)
+    cfg = FastPPOConfig().environment("CartPole").debugging(seed=0)  # the defaults
     assert _train_until(cfg, 475, 150) >= 475
 
 
 @pytest.mark.slow
 def test_learns_pendulum_to_minus_250():
-    cfg = FastPPOConfig().environment("Pendulum", num_envs=PENDULUM["num_envs"]).training(
-        **{k: v for k, v in PENDULUM.items() if k != "num_envs"}).debugging(seed=0)
+    cfg = FastPPOConfig().environment("Pendulum").debugging(seed=0)  # the defaults
     assert _train_until(cfg, -250, 300) >= -250
 
 

@@ -9,10 +9,11 @@ import torch
 
 from rllib_fast.algorithms import DDPGN, PQL, SACN
 from rllib_fast.algorithms.pql import DDPGNConfig, PQLConfig, SACNConfig
-from rllib_fast.algorithms.pql.tuned import PENDULUM
+from rllib_fast.presets import preset
 
 THRESHOLD = -250.0
 # small nets and 64 envs: the paper's defaults scaled down for a 2-core CPU
+PENDULUM = preset("PQL", "Pendulum")
 FAST = {k: v for k, v in PENDULUM.items() if k != "num_envs"}
 
 

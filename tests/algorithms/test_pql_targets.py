@@ -160,3 +160,22 @@ def test_noise_decay_needs_fixed_noise():
 def test_discrete_env_is_rejected():
     with pytest.raises(TypeError, match="continuous"):
         DDPGNConfig().environment("CartPole", num_envs=2).training(buffer_size=100).build_algo()
+
+
+def test_replay_size_check_counts_states_and_skips_an_absent_gpu():
+    """The config-time replay check counts the asymmetric critic's states (and not
+    when ``asymmetric_critic=False``), and a CUDA placement validated on a machine
+    without CUDA (a GPU experiment file checked on a laptop) is not an error: the
+    GPU's free memory is read where the run happens."""
+    env = ("isaacgym:PointReach", {"task_class": "rllib_fast.envs.standins.vectask:PointReachTask",
+                                   "cfg": {"env": {"episodeLength": 16}}})
+    # obs 6, action 2, states 8: 90 bytes per transition without states, 186 with
+    cap = 1000 * 100
+    cfg = PQLConfig().environment(env[0], env_config=env[1], num_envs=4).training(
+        buffer_size=1000, max_replay_bytes=cap)
+    with pytest.raises(ValueError, match=r"buffer_size.*needs 186000 bytes.*allowed: buffer_size <= 537"):
+        cfg.validate()
+    cfg.training(asymmetric_critic=False).validate()  # 90 kB fits
+    if not torch.cuda.is_available():
+        PQLConfig().environment("Pendulum", env_device="cuda").training(buffer_size=10 ** 6).validate()
+        assert PQLConfig().environment("Pendulum", env_device="cuda").resolved_max_replay_bytes() is None

@@ -44,7 +44,9 @@ def test_fastppo_learns_on_isaacgym_standin():
 
 
 def test_pql_learns_on_isaacgym_standin():
-    from rllib_fast.algorithms.pql.tuned import PENDULUM  # small nets for a 2-core CPU
+    from rllib_fast.presets import preset
+
+    PENDULUM = preset("PQL", "Pendulum")  # small nets for a 2-core CPU
 
     kw = {k: v for k, v in PENDULUM.items() if k != "num_envs"}
     cfg = (CONFIGS["PQL"]().environment("isaacgym:PointReach", num_envs=32, env_config=VECTASK)

@@ -116,11 +116,16 @@ class PQLFamilyConfig(FastConfig):
     def resolved_learning_starts(self) -> int:
         return self.resolved_batch_size() if self.learning_starts == "auto" else int(self.learning_starts)
 
-    def resolved_max_replay_bytes(self) -> int:
+    def resolved_max_replay_bytes(self) -> Optional[int]:
+        """The replay memory cap in bytes; None when it cannot be known here: a
+        CUDA placement validated on a machine without CUDA (a GPU experiment file
+        checked on a laptop) -- the GPU's free memory is read where it runs."""
         if self.max_replay_bytes != "auto":
             return int(self.max_replay_bytes)
         dev = self.resolved_device()
         if dev.type == "cuda":
+            if not torch.cuda.is_available():
+                return None
             free, _ = torch.cuda.mem_get_info(dev)
             return int(free // 2)
         try:
@@ -153,7 +158,10 @@ class PQLFamilyConfig(FastConfig):
         if self.buffer_size != "auto":
             return int(self.buffer_size)
         want = int(min(5_000_000, max(50_000, 1221 * self.num_envs)))
-        cap = self.resolved_max_replay_bytes() // max(1, self.bytes_per_transition(obs_dim, act_dim, state_dim))
+        cap_bytes = self.resolved_max_replay_bytes()
+        if cap_bytes is None:
+            return want
+        cap = cap_bytes // max(1, self.bytes_per_transition(obs_dim, act_dim, state_dim))
         return max(self.num_envs, min(want, cap))
 
     # -- validation --------------------------------------------------------------
@@ -173,18 +181,20 @@ class PQLFamilyConfig(FastConfig):
         if self.buffer_size != "auto":
             spaces = _probe_spaces(self)
             if spaces is not None:
-                obs_dim, act_dim = spaces
-                need = self.buffer_size * self.bytes_per_transition(obs_dim, act_dim)
+                obs_dim, act_dim, probed_state_dim = spaces
+                state_dim = None if self.asymmetric_critic is False else probed_state_dim
+                per = self.bytes_per_transition(obs_dim, act_dim, state_dim)
+                need = self.buffer_size * per
                 cap = self.resolved_max_replay_bytes()
-                if need > cap:
+                if cap is not None and need > cap:
                     self._value_error(
                         f"{name}: `buffer_size` = {self.buffer_size} needs {need} bytes of replay "
                         f"({need / 2**30:.2f} GiB) on {self.resolved_device()}, more than `max_replay_bytes` = "
-                        f"{cap}; allowed: buffer_size <= {cap // self.bytes_per_transition(obs_dim, act_dim)}")
+                        f"{cap}; allowed: buffer_size <= {cap // per}")
 
 
-def _probe_spaces(cfg) -> Optional[Tuple[int, int]]:
-    """(obs_dim, act_dim) of the configured env, from a 1-env CPU instance
+def _probe_spaces(cfg) -> Optional[Tuple[int, int, Optional[int]]]:
+    """(obs_dim, act_dim, state_dim or None) of the configured env, from a 1-env CPU instance
     (cached per env name/config); None when the env cannot be probed cheaply."""
     env = cfg.env
     if not isinstance(env, str):
@@ -198,10 +208,10 @@ def _probe_spaces(cfg) -> Optional[Tuple[int, int]]:
     return _PROBED[key]
 
 
-_PROBED: Dict[tuple, Optional[Tuple[int, int]]] = {}
+_PROBED: Dict[tuple, Optional[Tuple[int, int, Optional[int]]]] = {}
 
 
-def _probe(env: str, env_config: dict) -> Optional[Tuple[int, int]]:
+def _probe(env: str, env_config: dict) -> Optional[Tuple[int, int, Optional[int]]]:
     import numpy as np
 
     from ...envs import registry as env_registry
@@ -215,9 +225,11 @@ def _probe(env: str, env_config: dict) -> Optional[Tuple[int, int]]:
     try:
         obs = int(np.prod(inst.single_observation_space.shape))
         act = int(np.prod(getattr(inst.single_action_space, "shape", ()) or (1,)))
+        state_space = getattr(inst, "single_state_space", None)
+        states = int(np.prod(state_space.shape)) if state_space is not None else None
     finally:
         inst.close()
-    return obs, act
+    return obs, act, states
 
 
 class PQLConfig(PQLFamilyConfig):
