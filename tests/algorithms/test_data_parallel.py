@@ -196,13 +196,19 @@ class _ThreadGroup:
         return Ctx()
 
 
-def test_masked_means_are_global_when_valid_counts_differ():
+@pytest.mark.parametrize("algo_name", ["FastA2C", "FastPPO"])
+def test_masked_means_are_global_when_valid_counts_differ(algo_name):
     """Two learners with different numbers of valid transitions (one sees
     none invalid) make the same update as one learner on all their data: the
-    masked mean over the union, not the average of per-learner means."""
+    masked mean over the union, not the average of per-learner means. (PPO:
+    one epoch of one minibatch, so both sides see the same transitions.)"""
     def build(n):
-        return FastA2CConfig().environment("CartPole", num_envs=n).training(
-            decorrelate_steps=0, grad_clip=None).debugging(seed=6).build_algo()
+        if algo_name == "FastA2C":
+            cfg = FastA2CConfig().training(decorrelate_steps=0, grad_clip=None)
+        else:
+            cfg = FastPPOConfig().training(decorrelate_steps=0, grad_clip=None, rollout_length=5, num_epochs=1,
+                                           num_minibatches=1, adaptive_lr_kl_target=None)
+        return cfg.environment("CartPole", num_envs=n).debugging(seed=6).build_algo()
 
     ref, learners = build(8), [build(4), build(4)]
     ref._rollout()
@@ -233,3 +239,15 @@ def test_masked_means_are_global_when_valid_counts_differ():
     for a in (ref, *learners):
         a.dist = None
         a.stop()
+
+
+def test_num_minibatches_is_checked_against_each_learners_batch():
+    """With L data-parallel learners each splits its own T*N/L transitions into
+    minibatches: a count that fits the whole batch but not a learner's share is
+    a one-line config error, not an empty minibatch inside torch."""
+    cfg = FastPPOConfig().environment("CartPole", num_envs=8).training(rollout_length=2, num_minibatches=16)
+    cfg.validate()
+    cfg.learners(num_learners=2)
+    with pytest.raises(ValueError, match=r"`num_minibatches` = 16 exceeds each learner's batch .* = 8; "
+                                         r"allowed: <= 8"):
+        cfg.validate()

@@ -44,7 +44,10 @@ class FastPPO(OnPolicyAlgorithm):
             epoch_kl = torch.zeros((), device=self.device)
             for i in range(cfg.num_minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
-                loss, mstats = self._update_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
+                # global masked means across data-parallel learners (one all-reduce, outside the compiled step)
+                denom = self._mean_denominator(w[idx] if w is not None else None, mb)
+                loss, mstats = self._update_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w,
+                                               denom)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 self._apply_gradients()
@@ -66,13 +69,12 @@ class FastPPO(OnPolicyAlgorithm):
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "curr_lr"), self.optimizer.param_groups[0]["lr"],
                                window=1)
 
-    def _update_loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w):
+    def _update_loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, denom):
         """One minibatch's clipped-surrogate loss and its (policy loss, value
         loss, entropy, KL, clip fraction); the update step's part that
         ``compile`` compiles (minibatch shapes are fixed)."""
         cfg, module = self.config, self.module
         wi = w[idx] if w is not None else None
-        denom = wi.sum().clamp_min(1.0) if wi is not None else None
         logp, entropy = module.evaluate_actions(obs[idx], actions[idx])
         log_ratio = logp - old_logp[idx]
         ratio = log_ratio.exp()

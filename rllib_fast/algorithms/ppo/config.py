@@ -41,7 +41,10 @@ class FastPPOConfig(OnPolicyConfig):
         super().__init__(algo_class=algo_class or FastPPO)
 
     def validate_algorithm(self) -> None:
-        batch = self.horizon() * self.num_envs
+        learners = max(1, int(self.num_learners or 0))
+        batch = self.horizon() * self.num_envs // learners   # each data-parallel learner splits its own share
         if batch < self.num_minibatches:
-            self._value_error(f"FastPPOConfig: `num_minibatches` = {self.num_minibatches} exceeds the batch "
-                              f"rollout_length*num_envs = {batch}; allowed: <= {batch}")
+            what = (f"each learner's batch rollout_length*num_envs/num_learners (num_learners = {learners})"
+                    if learners > 1 else "the batch rollout_length*num_envs")
+            self._value_error(f"FastPPOConfig: `num_minibatches` = {self.num_minibatches} exceeds {what} "
+                              f"= {batch}; allowed: <= {batch}")
