@@ -6,7 +6,7 @@ nothing else set, trains until the mean return reported by the algorithm
 reported return) reaches the task's threshold, or the wall-clock cap runs out,
 and records env steps, wall-clock and CPU seconds (process + children) to the
 threshold. Every run is its own child process (one torch thread), one after
-another, so runs do not share a core.
+another (``--jobs J``: J at a time, one core each), so runs do not share a core.
 
     python benchmarks/defaults.py                       # everything, seeds 0-2
     python benchmarks/defaults.py --algos FastPPO,PQL --tasks CartPole,Pendulum --seeds 0
@@ -159,7 +159,7 @@ def table(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
              "Every algorithm with **its default config** (`<Algo>Config().environment(task)`, nothing else set) "
              "on each built-in task of its kind. Env steps, wall-clock and CPU seconds (process and children) "
              "until the algorithm's reported mean return reaches the threshold; median [min–max] over the seeds "
-             "that reached it. Each run is its own process with one torch thread, runs one after another. "
+             "that reached it. Each run is its own process with one torch thread; at most one run per core at a time. "
              "Written by `python benchmarks/defaults.py`.", "",
              f"Machine: {meta.get('machine', '?')}; last run {meta.get('date', '?')}"
              + (f"; note: {meta['note']}" if meta.get("note") else "") + ".", "",
@@ -215,6 +215,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--budget", type=float, default=120.0, help="wall-clock cap per run, seconds")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs at a time (each a child process with one torch thread; keep <= CPU cores)")
     p.add_argument("--note", default="", help="free text recorded with the run (e.g. machine load)")
     p.add_argument("--replot", action="store_true", help="only rewrite docs/defaults.md from the JSON")
     p.add_argument("--dry-run", action="store_true", help="list the runs and exit")
@@ -240,17 +242,21 @@ def main(argv: Optional[List[str]] = None) -> None:
         overrides = json.loads(args.set) if args.set else None
         if overrides:
             return _candidates(todo, overrides, args)
-        new = []
-        for i, (a, t, s) in enumerate(todo, 1):
-            rec = _spawn(a, t, s, args.budget)
-            new.append(rec)
-            status = (f"reached {TASKS[t][1]:g} in {rec['wall_s']:.1f} s / {rec['env_steps']:,} steps"
-                      if rec.get("reached") else rec.get("error") or f"best {rec.get('best')} (cap {args.budget:g} s)")
-            print(f"[{i}/{len(todo)}] {a:10s} {t:22s} seed {s}: {status}", flush=True)
-            data["records"] = _merge(data["records"], [rec])
-            os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-            with open(RESULTS, "w") as f:
-                json.dump(data, f, indent=1)
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        # --jobs children at a time, each with one torch thread: with jobs <= cores no two share a core
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = {pool.submit(_spawn, a, t, s, args.budget): (a, t, s) for a, t, s in todo}
+            for i, fut in enumerate(as_completed(futures), 1):
+                (a, t, s), rec = futures[fut], fut.result()
+                status = (f"reached {TASKS[t][1]:g} in {rec['wall_s']:.1f} s / {rec['env_steps']:,} steps"
+                          if rec.get("reached") else rec.get("error")
+                          or f"best {rec.get('best')} (cap {args.budget:g} s)")
+                print(f"[{i}/{len(todo)}] {a:10s} {t:22s} seed {s}: {status}", flush=True)
+                data["records"] = _merge(data["records"], [rec])
+                os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+                with open(RESULTS, "w") as f:
+                    json.dump(data, f, indent=1)
         data["meta"] = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
                             machine=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, "
                                     f"Python {platform.python_version()}", note=args.note)

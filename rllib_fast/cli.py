@@ -166,6 +166,8 @@ def build_parser(prog: str = "rllib") -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=int, default=10, help="evaluation episodes (default 10)")
     ev.add_argument("--explore", action="store_true", help="sample actions instead of acting greedily")
     ev.add_argument("--seed", type=int, default=None)
+    ev.add_argument("--no-progress", action="store_true",
+                    help="no progress bar of finished episodes on stderr (rllib_fast algorithms draw one)")
     ev.add_argument("--algo", "--run", "-a", "-r", dest="algo", default=None, help=argparse.SUPPRESS)
     ev.add_argument("--env", "-e", default=None, help=argparse.SUPPRESS)
     ev.add_argument("--ray-address", default=None)
@@ -219,7 +221,8 @@ def _evaluate(args) -> int:
         reexec_for_loopback("rllib_fast.cli", args.console_argv, {PROG_ENV: args.prog})
     started = False if is_fast(cls) else start_ray(args)
     try:
-        res = evaluate_checkpoint(ckpt, args.episodes, explore=args.explore, seed=args.seed)
+        res = evaluate_checkpoint(ckpt, args.episodes, explore=args.explore, seed=args.seed,
+                                  progress=not args.no_progress)
     finally:
         if started:
             import ray

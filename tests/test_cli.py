@@ -293,6 +293,8 @@ def test_train_flags_fastppo(capsys, tmp_path):
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0 and "over 2 episodes" in proc.stdout, proc.stderr[-2000:]
     assert "deprecated" not in proc.stderr.lower() and "DeprecationWarning" not in proc.stderr, proc.stderr
+    # a progress bar of finished episodes on stderr (off with --no-progress)
+    assert "evaluating" in proc.stderr and "2/2" in proc.stderr, proc.stderr[-2000:]
 
 
 def test_failed_trial_summary_png_and_real_error_last(capsys, tmp_path):

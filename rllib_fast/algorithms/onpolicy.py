@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict
 
+from ray.rllib.core import DEFAULT_MODULE_ID
 import ray
 import torch
 from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED,
@@ -23,7 +24,7 @@ from ..core.rollout import RolloutStorage, compute_gae
 from .actor_critic import ActorCriticModule
 from .asymmetric import ASYMMETRIC_CRITIC, current_states, final_states, state_dim, step_states
 
-POLICY = "default_policy"
+POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 def masked_mean(x: torch.Tensor, w: torch.Tensor | None, denom: torch.Tensor | None) -> torch.Tensor:

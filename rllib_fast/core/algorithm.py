@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.env.env_context import EnvContext
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.debug.deterministic import update_global_seed_if_necessary
@@ -307,6 +308,10 @@ class FastAlgorithm(Algorithm):
             validate_env(self.env)
         self.tracker = EpisodeTracker(local_envs, self.device, cfg.metrics_num_episodes_for_smoothing)
         self._eval_env: Optional[TensorVecEnv] = None
+        #: Optional ``callback(finished_episodes, total_episodes)`` that evaluate() calls at
+        #: its host syncs (every 50 steps) and at the end: how `rllib-fast evaluate` draws
+        #: its progress bar without a per-step sync.
+        self.evaluation_progress = None
         self.obs = self.env.reset(seed=self.seed)
         self.build()
         self._applied_lr = self.configured_lr()  # what build() gave the optimizers
@@ -427,7 +432,7 @@ class FastAlgorithm(Algorithm):
     def restore_env_runners(self, env_runner_group) -> list:
         return []
 
-    def get_module(self, module_id: str = "default_policy"):
+    def get_module(self, module_id: str = DEFAULT_MODULE_ID):
         return getattr(self, "module", None)
 
     def log_env_steps(self, n: int) -> None:
@@ -634,8 +639,14 @@ class FastAlgorithm(Algorithm):
             final_len = torch.where(ended, length, final_len)
             finished |= ended
             obs = step.obs
-            if t % 50 == 49 and bool(finished.all()):
-                break
+            if t % 50 == 49:
+                done = int(finished.sum())
+                if self.evaluation_progress is not None:
+                    self.evaluation_progress(done, n)
+                if done == n:
+                    break
+        if self.evaluation_progress is not None:
+            self.evaluation_progress(int(finished.sum()), n)
         return {ENV_RUNNER_RESULTS: {
             EPISODE_RETURN_MEAN: float(final_ret[finished].mean()) if finished.any() else math.nan,
             EPISODE_LEN_MEAN: float(final_len[finished].double().mean()) if finished.any() else math.nan,

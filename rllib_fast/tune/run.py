@@ -221,7 +221,8 @@ def checkpoint_ctor(ckpt: str) -> Tuple[type, Any]:
     return cls, config
 
 
-def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: Optional[int] = None) -> Dict[str, Any]:
+def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: Optional[int] = None,
+                        progress: bool = False) -> Dict[str, Any]:
     """Restore ``path`` and run ``episodes`` evaluation episodes; returns the
     ``env_runners`` dict of the evaluation result (``episode_return_mean``,
     ``num_episodes``, ...).
@@ -230,7 +231,9 @@ def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: O
     (``evaluation_duration=episodes``; for RLlib built-ins also a local
     evaluation runner and no remote env runners), built, and the checkpoint
     state restored into it. rllib_fast algorithms run one episode in each of
-    ``episodes`` envs; they need no Ray cluster.
+    ``episodes`` envs; they need no Ray cluster. ``progress``: a progress bar
+    of finished episodes on stderr (rllib_fast algorithms; updated at the
+    evaluation's host syncs, every 50 steps).
     """
     ckpt = find_checkpoint(path)
     cls, config = checkpoint_ctor(ckpt)
@@ -255,13 +258,27 @@ def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: O
             algo = config.build_algo()
     except ValueError as err:
         raise UsageError(one_line(err)) from None
+    bar = None
     try:
         with quiet_rllib():
             algo.restore_from_path(ckpt)
+        if progress and is_fast(cls):
+            bar = _episode_bar(episodes)
+            algo.evaluation_progress = lambda done, total: bar.update(done - bar.n)
         result = algo.evaluate()
     finally:
+        if bar is not None:
+            bar.close()
         algo.stop()
     return result.get("env_runners", result)
+
+
+def _episode_bar(total: int):
+    """A tqdm bar of finished evaluation episodes on stderr."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="evaluating", unit="episode", file=sys.stderr, mininterval=0.5,
+                dynamic_ncols=True)
 
 
 def run_sweep(args) -> int:

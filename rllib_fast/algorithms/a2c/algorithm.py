@@ -8,13 +8,14 @@ standardised) advantages, value regression and an entropy bonus.
 from __future__ import annotations
 
 import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
 from ...core.rmsprop import ReferenceRMSprop
 from ..onpolicy import OnPolicyAlgorithm, masked_mean, standardize
 from .config import FastA2CConfig
 
-POLICY = "default_policy"
+POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class FastA2C(OnPolicyAlgorithm):

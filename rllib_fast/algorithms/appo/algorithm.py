@@ -21,6 +21,7 @@ import math
 from typing import Any, Dict, List
 
 import numpy as np
+from ray.rllib.core import DEFAULT_MODULE_ID
 import ray
 import torch
 from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX,
@@ -36,7 +37,7 @@ from ..ppo import FastPPO
 from .config import FastA3CConfig, FastAPPOConfig
 from .learner import AsyncLearnerActor
 
-POLICY = "default_policy"
+POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class AsyncDriverMixin:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from ray.rllib.core import DEFAULT_MODULE_ID
 import ray
 import torch
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_EPISODES
@@ -22,7 +23,7 @@ from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_EPI
 from ...core.async_adam import MultiStepAdam
 from ...core.param_server import RemoteStoreClient
 
-POLICY = "default_policy"
+POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class MultiStepAdamOptimizer(torch.optim.Optimizer):

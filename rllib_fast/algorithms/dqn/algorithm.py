@@ -14,6 +14,7 @@ from typing import Any, Dict
 
 import torch
 from torch.nn import functional as F
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED,
                                      NUM_ENV_STEPS_TRAINED_LIFETIME)
 
@@ -24,7 +25,7 @@ from ...core.replay import SegmentedReplay
 from .config import EpsRainbowConfig, FastDQNConfig, RainbowConfig
 from .rules import apply_rule, resolve_rule
 
-POLICY = "default_policy"
+POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class FastDQN(FastAlgorithm):

@@ -38,6 +38,7 @@ from typing import Any, Dict
 
 import numpy as np
 import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN, LEARNER_RESULTS,
                                      NUM_ENV_STEPS_TRAINED, NUM_ENV_STEPS_TRAINED_LIFETIME, NUM_EPISODES)
 
@@ -51,7 +52,7 @@ from .executors import ExecutorGroupEnv, HTSRuntime
 from .paper_metrics import PaperMetrics
 from .storage import DoubleStorage, clone_storage
 
-POLICY = "default_policy"
+POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 def executor_rng_seed(seed: int, e: int) -> int:

@@ -26,6 +26,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX,
                                      EPISODE_RETURN_MEAN, EPISODE_RETURN_MIN, LEARNER_RESULTS, NUM_EPISODES,
                                      NUM_EPISODES_LIFETIME,
@@ -39,7 +40,7 @@ from . import mutations as M
 from .rng import MemberRNG
 from .tracking import MemberReturns
 
-POLICY = "default_policy"
+POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class HyperparameterTensors:
@@ -167,7 +168,7 @@ class PopulationAlgorithm(FastAlgorithm):
                 self.hp.applied[k] = value
         self.optimizer_hparams()
 
-    def get_module(self, module_id: str = "default_policy", member: Optional[int] = None):
+    def get_module(self, module_id: str = DEFAULT_MODULE_ID, member: Optional[int] = None):
         """One member's greedy policy as an RLModule: the best member by fitness
         (what ``compute_actions`` uses; CEM-RL: its mean policy), or ``member``."""
         from .module import population_policy_module

@@ -11,12 +11,13 @@ reduction at the end of an iteration.
 from __future__ import annotations
 
 import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
 from ..onpolicy import OnPolicyAlgorithm, masked_mean, standardize
 from .config import FastPPOConfig
 
-POLICY = "default_policy"
+POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class FastPPO(OnPolicyAlgorithm):

@@ -18,6 +18,7 @@ from typing import Any, Dict
 
 import numpy as np
 import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED,
                                      NUM_ENV_STEPS_TRAINED_LIFETIME)
 from ray.tune.execution.placement_groups import PlacementGroupFactory
@@ -30,7 +31,7 @@ from .components import ActorRole, CriticLearner, Dims, LiveParams, PolicyLearne
 from .config import DDPGNConfig, PQLConfig, SACNConfig
 from .nets import load_snapshot, snapshot
 
-POLICY = "default_policy"
+POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class _PQLFamily(FastAlgorithm):
