@@ -14,6 +14,15 @@ Every arm runs in its own child process (``_harness.run_arms``), one at a time:
 * ``fastppo_rsl-<N>``: FastPPO tuned rsl_rl-style: the rsl_rl config's PPO schedule
   (32 steps/env, 5 epochs x 4 minibatches, lr 1e-3 held near KL 0.01), FastPPO's other
   defaults, initial std 0.37 (the settings of tests/envs/test_mjlab.py);
+* ``pbt-<N>``: Ray Tune PBT over 4 FastPPO trials at N envs each, started from the
+  rsl_rl-style settings with seeds ``100 * seed + 0..3``, the project's PBT preset
+  (``rllib_fast.tune.pbt.paper_pbt``) every 8 iterations mutating the live
+  hyperparameters lr (3e-4..3e-3), entropy_coeff (0..0.01) and clip_param
+  (0.1/0.2/0.3), ``reuse_actors=True``; all 4 trials at once on a local loopback Ray
+  of 2 CPUs (0.5 CPU each): this arm uses both cores, the others one thread. Time
+  to target: from building the Tuner (trial actors, their imports and envs
+  included) until the first trial reports a mean return >= the target; env steps:
+  the **sum over all 4 trials** at that moment;
 * ``pql-<N>``: PQL with the small-task sizes (``rllib_fast/presets.py``);
 * throughput arms ``tput:raw-<N>`` (the mjlab env itself, zero actions, mjlab's
   auto-reset: the simulator's ceiling) and ``tput:adapter-<N>`` (the ``mjlab:``
@@ -22,7 +31,7 @@ Every arm runs in its own child process (``_harness.run_arms``), one at a time:
 
 The target is a mean return of 45 of Cartpole balance's maximum 50 (mjlab scales
 rewards by the 0.05 s step). ``--go1`` adds Go1 flat throughput arms (raw, adapter,
-rsl_rl, FastPPO) at ``--go1-envs``. PBT is not implemented here.
+rsl_rl, FastPPO) at ``--go1-envs``.
 
 This file is named ``mjlab.py`` as asked; its directory is on ``sys.path`` in the
 harness children, where it would shadow the mjlab package, so it removes that
@@ -32,7 +41,7 @@ directory from ``sys.path`` on import and every arm renames this module in
 Examples::
 
     python benchmarks/mjlab.py --list
-    python benchmarks/mjlab.py --quick --arms rsl_rl-256,fastppo_rsl-256,tput:raw-256
+    python benchmarks/mjlab.py --quick --arms rsl_rl-256,fastppo_rsl-256,pbt-256,tput:raw-256
     python benchmarks/mjlab.py --seeds 0,1 --budget 600
 """
 from __future__ import annotations
@@ -78,6 +87,10 @@ NS = (256, 1024)
 # explains why: FastPPO clamps actions to the +-1 bound, rsl_rl's Cartpole config leaves them unclipped)
 RSL_STYLE = dict(rollout_length=32, num_epochs=5, num_minibatches=4, lr=1e-3, adaptive_lr_kl_target=0.01,
                  init_log_std=-1.0, decorrelate_steps=1)
+# PBT arm: 4 FastPPO trials from RSL_STYLE on PBT_RAY_CPUS CPUs at once; only live hyperparameters
+# are mutated (num_epochs, rollout_length, minibatches would rebuild the trial's env on reset_config)
+PBT_TRIALS, PBT_INTERVAL, PBT_RAY_CPUS = 4, 8, 2
+PBT_MUTATIONS = {"lr": (3e-4, 3e-3), "entropy_coeff": (0.0, 0.01), "clip_param": (0.1, 0.2, 0.3)}
 FN = "mjlab:"  # arm functions: the harness child imports this file by its name
 
 
@@ -168,6 +181,96 @@ def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "defaults", task
     _train_loop(ctx, algo)
 
 
+def _pbt_watch(ctx: H.ArmContext):
+    """The PBT arm's ``Stopper`` (built here so the class closes over nothing: Tune pickles
+    the run config, and ``ctx`` holds an open file, dropped from the pickled state)."""
+    from ray import tune
+
+    class Watch(tune.Stopper):
+        def __init__(self, ctx):
+            self.ctx = ctx
+            self.steps: Dict[str, float] = {}
+            self.ret: Dict[str, float] = {}
+            self.done = False
+
+        def __call__(self, trial_id, result):
+            er = result.get("env_runners") or {}
+            self.steps[trial_id] = self.steps.get(trial_id, 0.0) + float(er.get("num_env_steps_sampled") or 0)
+            ret = _finite(er.get("episode_return_mean"))
+            if ret is not None:
+                self.ret[trial_id] = ret
+            best = max(self.ret.values()) if self.ret else None
+            if not self.done and self.ctx.report(sum(self.steps.values()), best, trial=trial_id):
+                self.done = True
+            return False
+
+        def stop_all(self):
+            return self.done
+
+        def __getstate__(self):  # Tune pickles the run config (experiment state); ctx holds an open file
+            return {k: v for k, v in self.__dict__.items() if k != "ctx"}
+
+    return Watch(ctx)
+
+
+def arm_pbt(ctx: H.ArmContext, num_envs: int, task: str = TASK, trials: int = PBT_TRIALS,
+            interval: int = PBT_INTERVAL, device: str = "cpu") -> None:
+    """Tune PBT over ``trials`` FastPPO trials (rsl_rl-style start, seeds ``100 * seed + i``)
+    under the project's PBT preset (``rllib_fast.tune.pbt.paper_pbt``: the bottom 30% exploit the top
+    30% and resample their hyperparameters; the Tuner is ``pbt_tuner``'s with a ``Stopper``), all at once on a
+    local loopback Ray (``rllib_fast.tune.session.init_ray``) of ``PBT_RAY_CPUS`` CPUs:
+    each trial asks for ``PBT_RAY_CPUS / trials`` CPUs (``tune.with_resources``; FastPPO's
+    own request rounds a fraction up to 1 CPU, which would run them 2 at a time).
+
+    One report per trial result, from Tune's driver (a ``Stopper``): ``steps`` is the sum
+    over all trials of the env steps they sampled so far (per-iteration counts summed,
+    so a trial that exploits another's checkpoint does not inherit its step count), and
+    the return is the best of the trials' latest ``episode_return_mean``; the clock starts
+    before the Tuner is built (it includes starting the trial actors and their envs).
+    When one trial reaches the target (or the cap is spent) the whole experiment stops."""
+    _unshadow()
+    import shutil
+    import tempfile
+
+    from ray import tune
+    from ray.tune.registry import get_trainable_cls
+
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+    from rllib_fast.tune import session
+    from rllib_fast.tune.pbt import RETURN_KEY, paper_pbt
+
+    session.init_ray(num_cpus=PBT_RAY_CPUS)
+    mutations = {"lr": tune.loguniform(*PBT_MUTATIONS["lr"]),
+                 "entropy_coeff": tune.uniform(*PBT_MUTATIONS["entropy_coeff"]),
+                 "clip_param": list(PBT_MUTATIONS["clip_param"])}
+    seeds = [100 * ctx.seed + i for i in range(trials)]
+    ctx.note(hyperparameters=dict(RSL_STYLE), trials=trials, perturbation_interval=interval,
+             mutations={k: list(v) for k, v in PBT_MUTATIONS.items()}, trial_seeds=seeds,
+             cpus_per_trial=PBT_RAY_CPUS / trials, ray_cpus=PBT_RAY_CPUS,
+             loopback=session.loopback_effective())
+    cfg = (FastPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device)
+           .training(**RSL_STYLE))
+    space = cfg.to_dict()
+    space["seed"] = tune.grid_search(seeds)
+
+    storage = tempfile.mkdtemp(prefix="bench_mjlab_pbt_")
+    trainable = tune.with_resources(get_trainable_cls("FastPPO"), {"cpu": PBT_RAY_CPUS / trials})
+    try:
+        ctx.start_clock()
+        tune.Tuner(trainable, param_space=space,
+                   tune_config=tune.TuneConfig(scheduler=paper_pbt(mutations, perturbation_interval=interval,
+                                                                   metric=None, mode=None),
+                                               metric=RETURN_KEY, mode="max", num_samples=1, reuse_actors=True),
+                   run_config=tune.RunConfig(storage_path=storage, stop=_pbt_watch(ctx), verbose=0,
+                                             checkpoint_config=tune.CheckpointConfig(
+                                                 checkpoint_frequency=interval))).fit()
+    finally:
+        import ray
+
+        ray.shutdown()
+        shutil.rmtree(storage, ignore_errors=True)
+
+
 def arm_pql(ctx: H.ArmContext, num_envs: int, task: str = TASK) -> None:
     _unshadow()
     from rllib_fast.algorithms.pql import PQLConfig
@@ -217,6 +320,8 @@ def all_arms(go1_envs: int = 0) -> List[H.Arm]:
                   {"num_envs": n}, num_envs=n),
             H.Arm(f"fastppo_rsl-{n}", "FastPPO-rsl", f"FastPPO rsl_rl-style N={n}", FN + "arm_fastppo",
                   {"num_envs": n, "preset": "rsl"}, num_envs=n),
+            H.Arm(f"pbt-{n}", "FastPPO-PBT", f"FastPPO + PBT ({PBT_TRIALS} trials, rsl_rl-style start, both cores) "
+                  f"N={n} per trial", FN + "arm_pbt", {"num_envs": n}, num_envs=n),
             H.Arm(f"pql-{n}", "PQL", f"PQL (small-task sizes) N={n}", FN + "arm_pql", {"num_envs": n}, num_envs=n),
             H.Arm(f"raw-{n}", "raw", "mjlab env, zero actions", FN + "arm_raw", {"num_envs": n},
                   num_envs=n, mode="throughput"),
@@ -302,6 +407,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--go1-envs", type=int, default=64, help="N for the Go1 arms (default %(default)s)")
     p.add_argument("--under-load", default="", help="say so in the report (what else ran)")
     args = p.parse_args(argv)
+    # the PBT arm starts a local Ray in its child: loopback only, the switch rllib_fast.tune.session
+    # documents (LOOPBACK_ENV, read when ray is first imported, so it must be in the children's env)
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    # the children import rllib_fast from this checkout (their sys.path has benchmarks/, not the root)
+    root = os.path.dirname(HERE)
+    os.environ["PYTHONPATH"] = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(
+        os.pathsep) if p and os.path.abspath(p) != root])
     arms = all_arms(args.go1_envs if args.go1 else 0)
     if args.list:
         for a in arms:
