@@ -167,13 +167,16 @@ def _train_loop(ctx: H.ArmContext, algo) -> None:
 
 
 def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "defaults", task: str = TASK,
-                device: str = "cpu") -> None:
+                device: str = "cpu", overrides: Optional[Dict[str, Any]] = None,
+                env_config: Optional[Dict[str, Any]] = None) -> None:
     _unshadow()
     from rllib_fast.algorithms.ppo import FastPPOConfig
 
     kw = dict(RSL_STYLE) if preset == "rsl" else {}
-    ctx.note(hyperparameters=kw, preset=preset)
-    cfg = (FastPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device)
+    kw.update(overrides or {})
+    ctx.note(hyperparameters=kw, preset=preset, env_config=env_config or {})
+    cfg = (FastPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device,
+                                       env_config=dict(env_config or {}))
            .training(**kw).debugging(seed=ctx.seed))
     ctx.start_clock()
     algo = cfg.build_algo()
@@ -284,9 +287,13 @@ def arm_pql(ctx: H.ArmContext, num_envs: int, task: str = TASK) -> None:
 
 
 def arm_raw(ctx: H.ArmContext, num_envs: int, source: str = "raw", task: str = TASK, chunk: int = 32,
-            device: str = "cpu") -> None:
-    """Zero actions, ``chunk`` steps per report: the mjlab env itself (auto-reset) or
-    the ``mjlab:`` source (exact terminal observations)."""
+            device: str = "cpu", busy: bool = False, exact_final_obs: bool = True) -> None:
+    """``chunk`` steps per report of the mjlab env itself (auto-reset) or the ``mjlab:``
+    source. Zero actions from one reset: every episode clock is in step, so resets
+    happen on one step in 1000 (the simulator's best case). ``busy``: the learners'
+    workload instead: episode clocks randomised (rsl_rl's ``init_at_random_ep_len``,
+    FastPPO's decorrelation), so some env ends on most steps, and actions ~ N(0, 0.37)
+    clipped to +-1 (FastPPO's initial policy; 16 tensors drawn up front)."""
     _unshadow()
     import torch
 
@@ -294,17 +301,25 @@ def arm_raw(ctx: H.ArmContext, num_envs: int, source: str = "raw", task: str = T
     if source == "raw":
         env = _mjlab_env(task, num_envs, ctx.seed, device)
         env.reset()
-        act = torch.zeros(num_envs, env.single_action_space.shape[0], device=device)
+        act_dim = env.single_action_space.shape[0]
+        if busy:
+            env.episode_length_buf = torch.randint_like(env.episode_length_buf, 0, int(env.max_episode_length))
     else:
         from rllib_fast.envs import make
 
-        env = make(f"mjlab:{task}", num_envs=num_envs, device=device, seed=ctx.seed)
+        env = make(f"mjlab:{task}", num_envs=num_envs, device=device, seed=ctx.seed,
+                   exact_final_obs=exact_final_obs)
         env.reset()
-        act = torch.zeros(num_envs, *env.action_shape, device=device)
+        act_dim = env.action_shape[0]
+        if busy:
+            env.randomize_episode_progress()
+    gen = torch.Generator(device=device).manual_seed(ctx.seed)
+    acts = ([(0.37 * torch.randn(num_envs, act_dim, generator=gen, device=device)).clamp(-1, 1) for _ in range(16)]
+            if busy else [torch.zeros(num_envs, act_dim, device=device)])
     steps = 0
     while True:
-        for _ in range(chunk):
-            env.step(act)
+        for i in range(chunk):
+            env.step(acts[i % len(acts)])
         steps += chunk * num_envs
         if ctx.report(steps, None):
             break
@@ -327,6 +342,14 @@ def all_arms(go1_envs: int = 0) -> List[H.Arm]:
                   num_envs=n, mode="throughput"),
             H.Arm(f"adapter-{n}", "adapter", "mjlab: source, zero actions", FN + "arm_raw",
                   {"num_envs": n, "source": "adapter"}, num_envs=n, mode="throughput"),
+            H.Arm(f"raw_busy-{n}", "raw busy", "mjlab env, random clocks and actions", FN + "arm_raw",
+                  {"num_envs": n, "busy": True}, num_envs=n, mode="throughput"),
+            H.Arm(f"adapter_busy-{n}", "adapter busy", "mjlab: source, random clocks and actions", FN + "arm_raw",
+                  {"num_envs": n, "source": "adapter", "busy": True}, num_envs=n, mode="throughput"),
+            H.Arm(f"adapter_approx_busy-{n}", "adapter busy, exact_final_obs=False",
+                  "mjlab: source (mjlab's auto-reset), random clocks and actions", FN + "arm_raw",
+                  {"num_envs": n, "source": "adapter", "busy": True, "exact_final_obs": False}, num_envs=n,
+                  mode="throughput"),
         ]
     if go1_envs:
         n = go1_envs
@@ -359,16 +382,30 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         lines += [f"**Taken under load** ({meta['under_load']}): absolute times and throughputs are lower "
                   "bounds; compare arms only within this file.", ""]
     lines += ["## Learning", "", H.learn_table(rows), ""]
+    busy = tp.get("raw busy", {})
+
+    def share(x, ceiling):
+        return f"{100.0 * (1.0 - x / ceiling):.0f}%" if x and ceiling else "–"
+
     over = []
     for r in rows:
-        ceiling = (raw.get(int(r["num_envs"] or 0)) or {}).get("tput_overall")
-        if ceiling and r.get("sps_overall"):
-            over.append([r["label"], r["num_envs"], H.fmt_sps(r["sps_overall"]), H.fmt_sps(ceiling),
-                         f"{100.0 * (1.0 - r['sps_overall'] / ceiling):.0f}%"])
+        n = int(r["num_envs"] or 0)
+        ceiling = (raw.get(n) or {}).get("tput_overall")
+        ceiling_busy = (busy.get(n) or {}).get("tput_overall")
+        if (ceiling or ceiling_busy) and r.get("sps_overall"):
+            over.append([r["label"], r["num_envs"], H.fmt_sps(r["sps_overall"]), H.fmt_sps(r.get("sps_sampling")),
+                         H.fmt_sps(ceiling), share(r["sps_overall"], ceiling), H.fmt_sps(ceiling_busy),
+                         share(r["sps_overall"], ceiling_busy), share(r.get("sps_sampling"), ceiling_busy)])
     if over:
-        lines += ["## Overhead over the raw simulator (zero actions, same N)", "",
-                  H.markdown_table(["arm", "N", "env-steps/s overall", "raw sim env-steps/s",
-                                    "time not spent stepping the sim"], over), ""]
+        lines += ["## Overhead over the raw simulator (same N)", "",
+                  "raw: the mjlab env, zero actions, all episode clocks in step (resets on one step in 1000: "
+                  "the simulator's best case); raw busy: the mjlab env with the learners' workload (random "
+                  "episode clocks, so some env resets on most steps, and random actions). Overhead = share of "
+                  "the arm's time not spent stepping the simulator at that rate. PBT's rate is summed over its "
+                  "4 trials on both cores.", "",
+                  H.markdown_table(["arm", "N", "env-steps/s overall", "env-steps/s sampling", "raw",
+                                    "overall vs raw", "raw busy", "overall vs raw busy",
+                                    "sampling vs raw busy"], over), ""]
     if tp:
         ns = sorted({n for by_n in tp.values() for n in by_n})
         lines += ["## Throughput (env-steps/s)", "", H.throughput_table(tp, ns), ""]

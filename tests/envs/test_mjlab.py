@@ -103,6 +103,38 @@ def test_cartpole_contract_final_obs_is_the_terminal_state():
             assert torch.equal(a, b)
 
 
+def test_cartpole_exact_final_obs_off_keeps_mjlab_auto_reset():
+    """exact_final_obs=False: mjlab resets inside its step (no extra forward); the same
+    episodes as the exact adapter, but final_obs of an ended env is the observation the
+    action was taken from."""
+    n = 4
+    push = torch.tensor([[1.0], [0.0], [1.0], [0.0]])
+    cfg = {"episode_length_s": 0.5, "terminations.cart_out": _cart_out_term()}
+    env = make(CARTPOLE, num_envs=n, seed=0, cfg=dict(cfg), exact_final_obs=False)
+    validate_env(env)
+    assert env._base.cfg.auto_reset and env.single_state_space is None
+    exact = make(CARTPOLE, num_envs=n, seed=0, cfg=dict(cfg))
+    first, steps = _run(env, push, 25)
+    _, exact_steps = _run(exact, push, 25)
+    prev, n_done = first, 0
+    for t, (s, e) in enumerate(zip(steps, exact_steps)):
+        done = s.done
+        assert torch.equal(s.terminated, e.terminated) and torch.equal(s.truncated, e.truncated)
+        torch.testing.assert_close(s.reward, e.reward, rtol=0, atol=1e-6)
+        torch.testing.assert_close(s.obs, e.obs, rtol=0, atol=1e-6)  # reset rows: the same reset state
+        torch.testing.assert_close(s.final_obs[done], prev[done], rtol=0, atol=0)  # s_t, not the terminal obs
+        torch.testing.assert_close(s.final_obs[~done], s.obs[~done], rtol=0, atol=0)
+        if done.any():
+            assert env.logs[t]["Episode_Termination/time_out"] == int(s.truncated.sum())
+        prev, n_done = s.obs, n_done + int(done.sum())
+    assert n_done >= 8
+    with pytest.raises(ValueError, match="exact_final_obs='no'; allowed: True or False"):
+        make(CARTPOLE, num_envs=1, exact_final_obs="no")
+    from rllib_fast.envs.mjlab import MjlabVecEnv
+    with pytest.raises(ValueError, match="exact_final_obs=True needs an env built with cfg.auto_reset=False"):
+        MjlabVecEnv(env.env)
+
+
 def test_cartpole_reset_semantics_and_overrides():
     env = make(CARTPOLE, num_envs=3, seed=1, cfg={"episode_length_s": 0.5})
     a = env.reset(seed=5)
