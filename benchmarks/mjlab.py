@@ -203,7 +203,11 @@ def _pbt_watch(ctx: H.ArmContext):
             if ret is not None:
                 self.ret[trial_id] = ret
             best = max(self.ret.values()) if self.ret else None
-            if not self.done and self.ctx.report(sum(self.steps.values()), best, trial=trial_id):
+            conf = result.get("config") or {}  # the trial's live hyperparameters: shows PBT's exploits
+            if not self.done and self.ctx.report(sum(self.steps.values()), best, trial=trial_id,
+                                                 trial_return=ret, lr=conf.get("lr"),
+                                                 entropy_coeff=conf.get("entropy_coeff"),
+                                                 clip_param=conf.get("clip_param")):
                 self.done = True
             return False
 
@@ -217,7 +221,7 @@ def _pbt_watch(ctx: H.ArmContext):
 
 
 def arm_pbt(ctx: H.ArmContext, num_envs: int, task: str = TASK, trials: int = PBT_TRIALS,
-            interval: int = PBT_INTERVAL, device: str = "cpu") -> None:
+            interval: int = PBT_INTERVAL, device: str = "cpu", env_config: Optional[Dict[str, Any]] = None) -> None:
     """Tune PBT over ``trials`` FastPPO trials (rsl_rl-style start, seeds ``100 * seed + i``)
     under the project's PBT preset (``rllib_fast.tune.pbt.paper_pbt``: the bottom 30% exploit the top
     30% and resample their hyperparameters; the Tuner is ``pbt_tuner``'s with a ``Stopper``), all at once on a
@@ -251,7 +255,8 @@ def arm_pbt(ctx: H.ArmContext, num_envs: int, task: str = TASK, trials: int = PB
              mutations={k: list(v) for k, v in PBT_MUTATIONS.items()}, trial_seeds=seeds,
              cpus_per_trial=PBT_RAY_CPUS / trials, ray_cpus=PBT_RAY_CPUS,
              loopback=session.loopback_effective())
-    cfg = (FastPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device)
+    cfg = (FastPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device,
+                                       env_config=dict(env_config or {}))
            .training(**RSL_STYLE))
     space = cfg.to_dict()
     space["seed"] = tune.grid_search(seeds)
