@@ -413,8 +413,10 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
                   "raw: the mjlab env, zero actions, all episode clocks in step (resets on one step in 1000: "
                   "the simulator's best case); raw busy: the mjlab env with the learners' workload (random "
                   "episode clocks, so some env resets on most steps, and random actions). Overhead = share of "
-                  "the arm's time not spent stepping the simulator at that rate. PBT's rate is summed over its "
-                  "4 trials on both cores.", "",
+                  "the arm's time not spent stepping the simulator at that rate. Sampling: rsl_rl's arm times "
+                  "only its env.step calls, FastPPO's its whole rollout (policy included), so a negative share "
+                  "for rsl_rl means its env steps ran faster than the raw busy window (random actions differ). "
+                  "PBT's rate is summed over its 4 trials on both cores.", "",
                   H.markdown_table(["arm", "N", "env-steps/s overall", "env-steps/s sampling", "raw",
                                     "overall vs raw", "raw busy", "overall vs raw busy",
                                     "sampling vs raw busy"], over), ""]
