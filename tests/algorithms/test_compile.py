@@ -132,7 +132,7 @@ def test_onpolicy_hot_path_has_no_graph_breaks(aot_eager, cls, env, key):
     obs, actions, critic_in = st.flat("obs"), st.flat("actions"), st.flat(algo.critic_key)
     adv, targets, old_v = torch.randn(B), torch.randn(B), torch.randn(B)
     if cls is FastPPOConfig:
-        args = (torch.randperm(B)[:B // 2], obs, actions, st.flat("logp"), adv, targets, old_v, critic_in, None)
+        args = (torch.randperm(B)[:B // 2], obs, actions, st.flat("logp"), adv, targets, old_v, critic_in, None, None)
     else:
         args = (obs, actions, adv, targets, critic_in, None, None)
     assert graph_breaks(algo._update_loss, *args) == 0
