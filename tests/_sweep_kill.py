@@ -32,12 +32,16 @@ class KillDriverOnce(RLlibCallback):
         except FileExistsError:
             return
         os.close(fd)
-        _wait_for_state(os.environ["RLLIB_FAST_TEST_SWEEP_DIR"], algorithm.trial_id, KILL_AT - 1)
+        # Trainable.trial_id is "default" inside RLlib's trial actors; the working dir is named after the trial
+        trial = os.path.basename(os.path.normpath(algorithm.logdir))
+        _wait_for_state(os.environ["RLLIB_FAST_TEST_SWEEP_DIR"], trial, KILL_AT - 1)
         with open(os.path.join(folder, "driver.pid")) as f:
             os.kill(int(f.read().strip()), signal.SIGKILL)
 
 
-def _recorded_iteration(sweep_dir: str, trial_id: str) -> int:
+def _recorded_iteration(sweep_dir: str, trial: str) -> int:
+    """The last iteration Tune's saved experiment state records for the trial
+    whose working folder is named ``trial`` (``<trainable>_<trial_id>``)."""
     best = 0
     for path in glob.glob(os.path.join(sweep_dir, "experiment_state-*.json")):
         try:
@@ -46,13 +50,13 @@ def _recorded_iteration(sweep_dir: str, trial_id: str) -> int:
         except (OSError, ValueError):
             continue  # being written
         for trial_json, meta_json in state.get("trial_data", []):
-            if json.loads(trial_json).get("trial_id") == trial_id:
+            if trial.endswith("_" + str(json.loads(trial_json).get("trial_id"))):
                 last = json.loads(meta_json).get("last_result") or {}
                 best = max(best, int(last.get("training_iteration") or 0))
     return best
 
 
-def _wait_for_state(sweep_dir: str, trial_id: str, iteration: int, limit_s: float = 120.0) -> None:
+def _wait_for_state(sweep_dir: str, trial: str, iteration: int, limit_s: float = 120.0) -> None:
     end = time.monotonic() + limit_s
-    while _recorded_iteration(sweep_dir, trial_id) < iteration and time.monotonic() < end:
+    while _recorded_iteration(sweep_dir, trial) < iteration and time.monotonic() < end:
         time.sleep(0.25)

@@ -2,12 +2,14 @@
 
 Stooke & Abbeel's batched sampler: every step one forward for all N envs,
 written into preallocated ``[T, N]`` storage; then targets from one batched
-critic pass and GAE. Subclasses choose the optimizer and write ``_learn``.
+critic pass and GAE (``_targets``). ``training_step`` reads rollout ->
+targets -> update; subclasses choose the optimizer and write the update
+(``_learn``).
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict
+from typing import Any, Dict, NamedTuple, Optional
 
 from ray.rllib.core import DEFAULT_MODULE_ID
 import ray
@@ -46,6 +48,35 @@ def standardize(a: torch.Tensor, w: torch.Tensor | None, reduce=None) -> torch.T
     mean = m[1] / n
     std = (m[2] / n - mean ** 2).clamp_min(0.0).sqrt()
     return (a - mean) / (std + 1e-8)
+
+
+class Targets(NamedTuple):
+    """A rollout's learning targets, flat over ``T * N`` transitions, value
+    quantities in the critic's (normalised) units."""
+
+    advantages: torch.Tensor
+    value_targets: torch.Tensor
+    old_values: torch.Tensor
+    weights: Optional[torch.Tensor]  # 1 for valid transitions, 0 else; None when all are valid
+
+
+class ParamSync:
+    """How a learner's parameters meet other learners' between its own steps.
+    One learner alone (and data-parallel learners, whose gradients are
+    averaged inside the step): nothing to do. Asynchronous learners use the
+    central store's sync (``appo.learner.CentralStoreSync``)."""
+
+    def after_update(self) -> None:
+        """After every optimizer step."""
+
+    def after_sampling_step(self, t: int) -> None:
+        """Between two batched env steps of a rollout (``t``: the step just taken)."""
+
+    def after_learn(self) -> None:
+        """After the learning phase of an iteration."""
+
+
+LOCAL_PARAMETERS = ParamSync()
 
 
 class OnPolicyConfig(FastConfig):
@@ -98,6 +129,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         ).to(self.device)
         self.params = list(self.module.parameters())
         self.optimizer = self.make_optimizer()
+        self.param_sync = LOCAL_PARAMETERS  # asynchronous learners swap in their central-store sync
         self.horizon = cfg.horizon()
         # The MLP policy sees flattened observations (`_normalize_obs`), so storage
         # holds them flat too (image sources such as MinAtar included).
@@ -177,15 +209,24 @@ class OnPolicyAlgorithm(FastAlgorithm):
         if self.config.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.params, self.config.grad_clip, foreach=True)
         self.optimizer.step()
+        self.param_sync.after_update()
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         raise NotImplementedError("abstract: OnPolicyAlgorithm.make_optimizer")
+
+    def use_optimizer(self, optimizer: torch.optim.Optimizer, param_sync: "ParamSync | None" = None) -> None:
+        """Replace the optimizer (and how parameters are synchronised with
+        other learners): how an asynchronous learner (FastAPPO/FastA3C) makes a
+        plain FastPPO/FastA2C step against the central store."""
+        self.optimizer = optimizer
+        self.param_sync = param_sync if param_sync is not None else LOCAL_PARAMETERS
 
     def training_intensity(self) -> float:
         """Average number of gradient uses of each sample."""
         raise NotImplementedError("abstract: OnPolicyAlgorithm.training_intensity")
 
-    def _learn(self) -> None:
+    def _learn(self, batch: "Targets") -> None:
+        """The update: gradient steps on the rollout's targets."""
         raise NotImplementedError("abstract: OnPolicyAlgorithm._learn")
 
     def optimizers(self) -> list:
@@ -219,7 +260,9 @@ class OnPolicyAlgorithm(FastAlgorithm):
         with self.metrics.log_time(("timers", "rollout")):
             self._rollout()
         with self.metrics.log_time(("timers", "learn")):
-            self._learn()
+            batch = self._targets()
+            self._learn(batch)
+            self.param_sync.after_learn()
         if self.dist is None:
             self.tracker.log_to(self.metrics)
         elif self._dp_group is not None:  # learner 0 reports all learners' episodes as one population
@@ -259,7 +302,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             if self.states is not None:
                 st["final_states"][t].copy_(final_states(step))
                 self.states = step_states(step)
-            self._after_sampling_step(t)
+            self.param_sync.after_sampling_step(t)
         valid = st["valid"] if self.any_invalid else None
         self.tracker.update_batch(st["rewards"], st["done"], valid)
         if cfg.normalize_obs:
@@ -276,10 +319,6 @@ class OnPolicyAlgorithm(FastAlgorithm):
         """The update step's forward (what ``compile`` compiles, its backward
         with it): the loss and a stack of detached statistics."""
         raise NotImplementedError("abstract: OnPolicyAlgorithm._update_loss")
-
-    def _after_sampling_step(self, t: int) -> None:
-        """Hook between two batched env steps (asynchronous learners pull
-        central parameters here every few steps). Nothing by default."""
 
     @torch.no_grad()
     def _prepare_critic_inputs(self, valid) -> None:
@@ -303,13 +342,10 @@ class OnPolicyAlgorithm(FastAlgorithm):
         v_n = self.module.value(critic_in)
         return self.module.value_norm.denormalize(v_n) if self.config.normalize_values else v_n
 
-    def _targets(self):
+    def _targets(self) -> Targets:
         """Values of the critic's inputs (normalised observations, or states)
         and of ``final_obs`` (``final_states``) in one batched critic
-        pass, GAE with time-out bootstrapping, value-normaliser update.
-        Returns flat ``(advantages, value_targets, old_values, weights)`` with
-        value quantities in the critic's (normalised) units and weights None
-        when every transition is valid."""
+        pass, GAE with time-out bootstrapping, value-normaliser update."""
         cfg, st, module = self.config, self.storage, self.module
         T, N = self.horizon, self.env.num_envs
         B = T * N
@@ -328,5 +364,5 @@ class OnPolicyAlgorithm(FastAlgorithm):
             else:
                 targets, old_v = ret.reshape(B), values.reshape(B)
         w = valid.reshape(B).float() if valid is not None else None
-        return adv.reshape(B), targets, old_v, w
+        return Targets(adv.reshape(B), targets, old_v, w)
 

@@ -123,13 +123,14 @@ def test_value_loss_weight_follows_the_reference():
         seed=7).build_algo()
     algo._rollout()
     state = {k: v.clone() for k, v in algo.module.state_dict().items()}
-    _, targets, _, _ = algo._targets()
+    batch = algo._targets()
+    targets = batch.value_targets
     obs = algo.storage.flat("obs")
     vf_params = list(algo.module.vf.parameters())
     expected = torch.autograd.grad(0.5 * ((algo.module.value(obs) - targets) ** 2).mean(), vf_params)
     algo.module.load_state_dict(state)
     algo.optimizer.step = lambda *a, **k: None      # keep the gradients of this update readable
-    algo._learn()
+    algo._learn(batch)
     for p, want in zip(vf_params, expected):
         torch.testing.assert_close(p.grad, want, rtol=1e-5, atol=1e-8)
     algo.stop()

@@ -224,10 +224,10 @@ def test_masked_means_are_global_when_valid_counts_differ(algo_name):
         algo.any_invalid = rank == 0
         algo.dist = group.context(rank)
     before = _vector(ref)
-    threads = [threading.Thread(target=a._learn) for a in learners]
+    threads = [threading.Thread(target=lambda a=a: a._learn(a._targets())) for a in learners]
     for t in threads:
         t.start()
-    ref._learn()
+    ref._learn(ref._targets())
     for t in threads:
         t.join()
     assert torch.equal(_vector(learners[0]), _vector(learners[1]))

@@ -12,7 +12,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
 from ...core.rmsprop import ReferenceRMSprop
-from ..onpolicy import OnPolicyAlgorithm, masked_mean, standardize
+from ..onpolicy import OnPolicyAlgorithm, Targets, masked_mean, standardize
 from .config import FastA2CConfig
 
 POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
@@ -53,9 +53,9 @@ class FastA2C(OnPolicyAlgorithm):
         loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * ent
         return loss, torch.stack([pg_loss.detach(), vf_loss.detach(), ent.detach()])
 
-    def _learn(self) -> None:
+    def _learn(self, batch: Targets) -> None:
         cfg, st = self.config, self.storage
-        adv, targets, _, w = self._targets()
+        adv, targets, _, w = batch
         denom = self._mean_denominator(w, adv.numel())  # global masked means across learners
         if cfg.normalize_advantages:
             adv = standardize(adv, w, self._reduce)

@@ -1,5 +1,6 @@
-"""One asynchronous sampler-learner: a FastPPO/FastA2C whose optimizer is the
-multi-step Adam of Stooke & Abbeel App. A against the central store.
+"""One asynchronous sampler-learner: a plain FastPPO/FastA2C given, by
+composition (:class:`CentralStoreSync`), the multi-step Adam of Stooke &
+Abbeel App. A against the central store as its optimizer.
 
 The learner samples its own envs with its local copy of the parameters,
 computes gradients exactly as the synchronous algorithm does (same losses,
@@ -18,7 +19,7 @@ from typing import Any, Dict
 from ray.rllib.core import DEFAULT_MODULE_ID
 import ray
 import torch
-from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_EPISODES
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED, NUM_EPISODES
 
 from ...core.async_adam import MultiStepAdam
 from ...core.param_server import RemoteStoreClient
@@ -59,63 +60,67 @@ class MultiStepAdamOptimizer(torch.optim.Optimizer):
         self.param_groups[0]["lr"] = state_dict["lr"]
 
 
-class AsyncLearnerMixin:
-    """Turns a synchronous on-policy algorithm into one asynchronous learner.
-    Set ``self._store`` (a store or a :class:`RemoteStoreClient`) before build."""
+class CentralStoreSync:
+    """What turns a plain FastPPO/FastA2C into one asynchronous learner, by
+    composition: the algorithm's optimizer becomes the local multi-step Adam
+    against the central store (:class:`MultiStepAdamOptimizer`), and this
+    object is its parameter sync, called by the algorithm's on-policy loop:
 
-    _store = None
+    * after every optimizer step, fold the local steps into the store once
+      ``sync_every`` of them accumulated (:meth:`after_update`);
+    * between two batched env steps, pull the central parameters every
+      ``pull_every_sampling_steps`` steps when no local step is pending
+      (:meth:`after_sampling_step`);
+    * at the end of a learning phase, sync what is left, so sampling never
+      runs on unsynced local steps (:meth:`after_learn`).
 
-    def make_optimizer(self) -> torch.optim.Optimizer:
-        cfg = self.config
-        core = MultiStepAdam(self._store, lr=self.configured_lr(), betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
-                             device=self.device)
-        self._async_stats = {"syncs": 0, "pulls": 0, "staleness": 0}
-        return MultiStepAdamOptimizer(self.params, core)
+    It also counts syncs, pulls and staleness (other learners' central steps
+    absorbed per sync) for the driver's report."""
 
-    def _apply_gradients(self) -> None:
-        super()._apply_gradients()  # clip + local multi-step Adam step
-        if self.optimizer.core.n_local >= self.config.sync_every:
+    def __init__(self, algo, store) -> None:
+        cfg = algo.config
+        core = MultiStepAdam(store, lr=algo.configured_lr(), betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
+                             device=algo.device)
+        self.optimizer = MultiStepAdamOptimizer(algo.params, core)  # writes the central parameters in
+        self.sync_every = cfg.sync_every
+        self.pull_every = cfg.pull_every_sampling_steps
+        self.stats = {"syncs": 0, "pulls": 0, "staleness": 0}
+
+    @property
+    def core(self) -> MultiStepAdam:
+        return self.optimizer.core
+
+    def after_update(self) -> None:
+        if self.core.n_local >= self.sync_every:
             self._sync()
 
+    def after_sampling_step(self, t: int) -> None:
+        if self.pull_every is not None and (t + 1) % self.pull_every == 0 and self.core.n_local == 0:
+            self.pull()
+            self.stats["pulls"] += 1
+
+    def after_learn(self) -> None:
+        if self.core.n_local:
+            self._sync()
+
+    def pull(self) -> None:
+        """Continue from the central parameters (and moments)."""
+        self.core.pull()
+        self.optimizer.write_params()
+
+    def take_stats(self) -> Dict[str, int]:
+        """The counts since the last call (and reset them)."""
+        out, self.stats = self.stats, {k: 0 for k in self.stats}
+        return out
+
     def _sync(self) -> None:
-        core = self.optimizer.core
+        core = self.core
         t_before = core.t
         core.sync()
         # central steps taken by *other* learners since this learner's last pull
-        self._async_stats["staleness"] += core.t - t_before
-        self._async_stats["syncs"] += 1
+        self.stats["staleness"] += core.t - t_before
+        self.stats["syncs"] += 1
         self.optimizer.write_params()
-
-    def _after_sampling_step(self, t: int) -> None:
-        every = self.config.pull_every_sampling_steps
-        if every is not None and (t + 1) % every == 0 and self.optimizer.core.n_local == 0:
-            self.optimizer.core.pull()
-            self.optimizer.write_params()
-            self._async_stats["pulls"] += 1
-
-    def _learn(self) -> None:
-        super()._learn()
-        if self.optimizer.core.n_local:  # never carry unsynced steps into sampling
-            self._sync()
-
-    def log_env_steps(self, n: int) -> None:
-        super().log_env_steps(n)
-        self._pending_env_steps = getattr(self, "_pending_env_steps", 0) + n
-
-
-def learner_class(base_cls):
-    """``AsyncLearnerMixin`` over ``base_cls`` (FastPPO, FastA2C), cached so
-    pickling by reference works inside Ray actors."""
-    name = f"Async{base_cls.__name__}Learner"
-    cls = _LEARNER_CLASSES.get(name)
-    if cls is None:
-        cls = type(name, (AsyncLearnerMixin, base_cls), {"__module__": __name__})
-        _LEARNER_CLASSES[name] = cls
-        globals()[name] = cls
-    return cls
-
-
-_LEARNER_CLASSES: Dict[str, type] = {}
 
 
 @ray.remote
@@ -130,10 +135,10 @@ class AsyncLearnerActor:
         cfg.num_async_learners = 1  # this learner's own view: it steps its share alone
         cfg.seed = (cfg.seed if cfg.seed is not None else 0) + 1_000_003 * (rank + 1)
         cfg.evaluation_interval = None
-        cls = learner_class(base_cls)
-        cls._store = RemoteStoreClient(store_handle)
         self.rank = rank
-        self.algo = cls(config=cfg)
+        self.algo = base_cls(config=cfg)
+        self.sync = CentralStoreSync(self.algo, RemoteStoreClient(store_handle))
+        self.algo.use_optimizer(self.sync.optimizer, param_sync=self.sync)
 
     def run(self, cycles: int) -> Dict[str, Any]:
         """``cycles`` rollout+learn cycles; returns counts, episode window,
@@ -146,16 +151,15 @@ class AsyncLearnerActor:
                    if isinstance(v, (int, float)) or (torch.is_tensor(v) and v.numel() == 1)}
         summary = {k: float(v) for k, v in algo.tracker.summary().items()}
         out = {
-            "env_steps": algo._pending_env_steps,
+            # sampled since the last report (start-state decorrelation included in the first)
+            "env_steps": int(results.get(ENV_RUNNER_RESULTS, {}).get(NUM_ENV_STEPS_SAMPLED, 0)),
             "episodes": summary,
             "episodes_in_window": float(algo.tracker.filled),
             "num_episodes": int(results.get(ENV_RUNNER_RESULTS, {}).get(NUM_EPISODES, 0)),
             "learner": learner,
-            "async": dict(algo._async_stats),
+            "async": self.sync.take_stats(),
             "buffers": {k: v.detach().cpu().clone() for k, v in algo.module.named_buffers()},
         }
-        algo._pending_env_steps = 0
-        algo._async_stats = {k: 0 for k in algo._async_stats}
         return out
 
     def get_state(self) -> Dict[str, Any]:
@@ -163,8 +167,7 @@ class AsyncLearnerActor:
 
     def set_state(self, state: Dict[str, Any]) -> None:
         self.algo.set_state(state)
-        self.algo.optimizer.core.pull()  # parameters come from the (restored) central store
-        self.algo.optimizer.write_params()
+        self.sync.pull()  # parameters come from the (restored) central store
 
     def apply_live_config(self, live: Dict[str, Any]) -> None:
         """Apply the driver's live hyperparameters (PBT) to this learner."""

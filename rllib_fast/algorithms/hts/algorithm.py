@@ -255,7 +255,7 @@ class HTSMixin:
             self.module.obs_norm.update(st["raw_obs"], mask=valid)
         self._behaviour = behaviour
         with self.metrics.log_time(("timers", "learn")):
-            self._learn()
+            self._learn(self._targets())
 
     def _target_values(self, critic_in: torch.Tensor) -> torch.Tensor:
         """``value_targets='behaviour'``: the values of the snapshot that acted,
@@ -334,11 +334,12 @@ class HTSPPO(HTSMixin, FastPPO):
 class HTSA2C(HTSMixin, FastA2C):
     """HTS-RL with A2C and the one-step-delayed gradient (Eq. 6).
 
-    ``_learn`` evaluates FastA2C's loss and gradient with the parameters set to
-    the behaviour snapshot theta_{j-1}; ``_apply_gradients`` puts theta_j back
-    before clipping and the optimizer step, so the delayed gradient (and the
-    optimizer's moments) advance theta_j. Normaliser statistics are the
-    learner's own (they are state, not parameters)."""
+    ``_targets`` and ``_learn`` evaluate FastA2C's targets, loss and gradient
+    with the parameters set to the behaviour snapshot theta_{j-1};
+    ``_apply_gradients`` puts theta_j back before clipping and the optimizer
+    step, so the delayed gradient (and the optimizer's moments) advance
+    theta_j. Normaliser statistics are the learner's own (they are state, not
+    parameters)."""
 
     @classmethod
     def get_default_config(cls) -> HTSA2CConfig:
@@ -362,10 +363,19 @@ class HTSA2C(HTSMixin, FastA2C):
             p.copy_(live)
         self._at_behaviour = False
 
-    def _learn(self) -> None:
-        self._swap_to_behaviour()
+    def _targets(self):
+        self._swap_to_behaviour()   # theta_{j-1} from the targets on; `_learn` puts theta_j back
         try:
-            super()._learn()
+            return super()._targets()
+        except BaseException:
+            self._restore_live()
+            raise
+
+    def _learn(self, batch) -> None:
+        if not self._at_behaviour:
+            self._swap_to_behaviour()
+        try:
+            super()._learn(batch)
         finally:
             if self._at_behaviour:
                 self._restore_live()

@@ -14,7 +14,7 @@ import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
-from ..onpolicy import OnPolicyAlgorithm, masked_mean, standardize
+from ..onpolicy import OnPolicyAlgorithm, Targets, masked_mean, standardize
 from .config import FastPPOConfig
 
 POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
@@ -32,10 +32,10 @@ class FastPPO(OnPolicyAlgorithm):
     def training_intensity(self) -> float:
         return float(self.config.num_epochs)
 
-    def _learn(self) -> None:
+    def _learn(self, batch: Targets) -> None:
         cfg, st = self.config, self.storage
         B = self.horizon * self.env.num_envs
-        adv, targets, old_v, w = self._targets()
+        adv, targets, old_v, w = batch
         obs, actions, old_logp = st.flat("obs"), st.flat("actions"), st.flat("logp")
         critic_in = st.flat(self.critic_key)   # the observations, or the source's states (asymmetric)
         mb = B // cfg.num_minibatches
