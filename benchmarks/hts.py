@@ -54,7 +54,7 @@ from rllib_fast.algorithms.hts import HTSA2CConfig, HTSPPOConfig  # noqa: E402
 from rllib_fast.algorithms.hts.executors import ExecutorGroupEnv  # noqa: E402
 from rllib_fast.algorithms.ppo import FastPPOConfig  # noqa: E402
 from rllib_fast.envs import Step, TensorVecEnv  # noqa: E402
-from rllib_fast.envs.workers import worker_seed  # noqa: E402
+from rllib_fast.core.seeding import worker_seed  # noqa: E402
 from rllib_fast.envs.variable_time import VariableTimeCreator, VariableTimeEnv  # noqa: E402
 
 ALPHAS = (1, 4, 16, 64, 128, 256)

@@ -14,8 +14,7 @@ from typing import Any, Dict, NamedTuple, Optional
 from ray.rllib.core import DEFAULT_MODULE_ID
 import ray
 import torch
-from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED,
-                                     NUM_ENV_STEPS_TRAINED_LIFETIME)
+from ray.rllib.utils.metrics import LEARNER_RESULTS
 
 from ..core.algorithm import FastAlgorithm, FastConfig
 from ..core.compile import COMPILE, compiled
@@ -269,10 +268,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             log_learner_episodes(self.metrics, [episode_report(self.tracker), *ray.get(remote)])
         n = self.horizon * self.env.num_envs * self.world_size
         self.log_env_steps(n)
-        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), n,
-                               reduce="lifetime_sum")
-        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), n, reduce="sum")
-        self.metrics.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, n, reduce="lifetime_sum")
+        self.log_trained_steps(n)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), self.training_intensity(), window=1)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_learners"), self.world_size, window=1)
 

@@ -31,18 +31,20 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.env.env_context import EnvContext
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.debug.deterministic import update_global_seed_if_necessary
-from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MEAN,
-                                     FAULT_TOLERANCE_STATS, NUM_ENV_STEPS_SAMPLED, NUM_ENV_STEPS_SAMPLED_LIFETIME,
-                                     NUM_EPISODES)
+from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MEAN,
+                                     FAULT_TOLERANCE_STATS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED,
+                                     NUM_ENV_STEPS_SAMPLED_LIFETIME, NUM_ENV_STEPS_TRAINED,
+                                     NUM_ENV_STEPS_TRAINED_LIFETIME, NUM_EPISODES)
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 from ray.tune.registry import ENV_CREATOR, _global_registry
 
 from ..envs import registry as env_registry
-from ..envs.base import TensorVecEnv, validate_env
+from ..envs.base import TensorVecEnv, env_share, env_share_error, validate_env
 from .guard import UpdateGuard
 from .metrics import EpisodeTracker
 from .params import Param, apply_defaults, unknown_key_message
+from .seeding import EVALUATION, derive_seed
 
 logger = logging.getLogger(__name__)
 
@@ -195,9 +197,9 @@ class FastConfig(AlgorithmConfig):
                 self._value_error(f"{name}: `num_learners` = {self.num_learners} is not supported by "
                                   f"{getattr(self.algo_class, '__name__', self.algo_class)}; allowed: 0 or 1 "
                                   "(data-parallel learners: FastPPO, FastA2C)")
-            if self.num_envs % self.num_learners:
-                self._value_error(f"{name}: `num_envs` = {self.num_envs} must be divisible by `num_learners` = "
-                                  f"{self.num_learners} (each learner steps num_envs / num_learners envs)")
+            split = env_share_error(self.num_envs, self.num_learners, "num_learners", name)
+            if split is not None:
+                self._value_error(split)
         if self.evaluation_duration_unit != "episodes" and self.evaluation_interval:
             self._value_error(f"{name}: `evaluation_duration_unit` = {self.evaluation_duration_unit!r} "
                               "is not supported; allowed: 'episodes'")
@@ -325,7 +327,7 @@ class FastAlgorithm(Algorithm):
     def local_num_envs(self) -> int:
         """Envs this process steps: its share of data-parallel learners'
         envs (asynchronous drivers, whose learners own all envs, step one)."""
-        return self.config.num_envs // self.world_size
+        return env_share(self.config.num_envs, self.world_size, "num_learners", type(self).__name__)
 
     def make_env(self, num_envs: int, seed: int) -> TensorVecEnv:
         """Create the tensor env from ``config.env`` (a name, a Tune-registered
@@ -441,6 +443,13 @@ class FastAlgorithm(Algorithm):
                                reduce="lifetime_sum", with_throughput=True)
         self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED), n, reduce="sum")
         self.metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, n, reduce="lifetime_sum")
+
+    def log_trained_steps(self, n: int) -> None:
+        """Count env steps trained on (RLlib's three standard keys)."""
+        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), n,
+                               reduce="lifetime_sum")
+        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), n, reduce="sum")
+        self.metrics.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, n, reduce="lifetime_sum")
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> Dict[str, Any]:
         env_state = self.env.get_state() if hasattr(self.env, "get_state") else None
@@ -616,9 +625,9 @@ class FastAlgorithm(Algorithm):
         n = max(1, int(self.evaluation_config.evaluation_duration
                        if self.evaluation_config.evaluation_duration != "auto" else 10))
         if self._eval_env is None or self._eval_env.num_envs != n:
-            self._eval_env = self.make_env(n, self.seed + 1_000_003)
+            self._eval_env = self.make_env(n, derive_seed(self.seed, EVALUATION))
         env = self._eval_env
-        obs = env.reset(seed=self.seed + 1_000_003 + self.training_iteration)
+        obs = env.reset(seed=derive_seed(self.seed, EVALUATION, self.training_iteration))
         ret = torch.zeros(n, dtype=torch.float64, device=self.device)
         length = torch.zeros(n, dtype=torch.int64, device=self.device)
         final_ret = torch.zeros_like(ret)

@@ -27,6 +27,7 @@ from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISO
                                      EPISODE_RETURN_MIN, NUM_EPISODES, NUM_EPISODES_LIFETIME)
 
 from .distributed import DistributedContext, free_port
+from .seeding import LEARNER, derive_seed
 
 # The rank of the learner this process hosts when it is a remote learner (1..L-1);
 # None in the driver. Its algorithm then joins the driver's group instead of
@@ -56,7 +57,8 @@ def learner_config(config: Any, rank: int):
     global, so derived quantities agree with learner 0's; the env share is
     ``FastAlgorithm.local_num_envs``."""
     cfg = config.copy(copy_frozen=False)
-    cfg.seed = (config.seed if config.seed is not None else 0) + 1_000_003 * rank
+    seed = config.seed if config.seed is not None else 0
+    cfg.seed = seed if rank == 0 else derive_seed(seed, LEARNER, rank)
     cfg.evaluation_interval = None
     return cfg
 

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, Tuple
 
+import torch
 from torch import nn
+from torch.nn import functional as F
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU, "gelu": nn.GELU}
 
@@ -26,3 +28,16 @@ def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str = "tan
     nn.init.zeros_(head.bias)
     layers.append(head)
     return nn.Sequential(*layers)
+
+
+def squashed_gaussian(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """SAC's tanh-squashed Gaussian: the action ``tanh(u)``, ``u = mean +
+    std * eps`` (``eps`` standard normal; zeros for the deterministic action),
+    and its log-probability summed over the last dimension, with the
+    change-of-variables term ``log(1 - tanh(u)^2) = 2 (log 2 - u -
+    softplus(-2u))`` written in the form that stays finite where tanh
+    saturates (the naive form gives log 0 for |u| > ~9 in float32)."""
+    u = mean + log_std.exp() * eps
+    logp = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    logp = logp - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+    return torch.tanh(u), logp

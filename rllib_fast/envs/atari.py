@@ -71,6 +71,7 @@ from .base import Step, TensorVecEnv, canonical_device, check_num_envs
 from .frame_stack import FrameStack
 from .minatar import PackedUploader, _actions_to_list
 from .registry import register_prefix
+from ..core.seeding import env_seeds
 
 __all__ = ["AtariFrames", "make_atari", "crop_downsample", "canonical_atari_game", "FRAME_SHAPE"]
 
@@ -182,8 +183,7 @@ class AtariFrames(TensorVecEnv):
         self._seeded = True
         seeds = None
         if seed is not None:
-            seeds = (np.random.SeedSequence(int(seed)).generate_state(self.num_envs).astype(np.int64)
-                     & 0x7FFFFFFF)
+            seeds = env_seeds(seed, self.num_envs).astype(np.int64) & 0x7FFFFFFF
         obs, info = self.vec.reset(seed=seeds)
         self._lives[:] = info["lives"]
         up = self._up

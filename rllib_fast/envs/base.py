@@ -89,6 +89,27 @@ def check_num_envs(num_envs: Any) -> int:
     return n
 
 
+def env_share_error(num_envs: int, parts: int, key: str, owner: str) -> Optional[str]:
+    """Why ``num_envs`` cannot be split evenly over ``parts`` (the value of the
+    config key ``key``), or None when it can. Every split of a batch of envs
+    (data-parallel learners, asynchronous learners, HTS executors, simulator
+    workers) goes through here: equal shares keep every part's batch shape,
+    and therefore its compiled/preallocated buffers, the same."""
+    if parts < 1 or num_envs % parts:
+        return (f"{owner}: `num_envs` = {num_envs} must be divisible by `{key}` = {parts} (each steps "
+                f"num_envs / {key} envs); allowed: a {key} that divides num_envs")
+    return None
+
+
+def env_share(num_envs: int, parts: int, key: str, owner: str) -> int:
+    """The envs each of ``parts`` equal parts steps; a one-line ``ValueError``
+    naming the keys when ``num_envs`` does not split evenly."""
+    msg = env_share_error(num_envs, parts, key, owner)
+    if msg is not None:
+        raise ValueError(msg)
+    return num_envs // parts
+
+
 class EnvContractError(ValueError):
     """A tensor vector env broke the contract (shape, dtype or device)."""
 

@@ -145,7 +145,7 @@ class EnvPoolVecEnv(GymVectorEnvAdapter):
             raise ValueError(f"envpool: batch_size = {kw['batch_size']} is not supported; allowed: num_envs "
                              f"({num_envs}) -- the tensor contract steps every env in lock-step")
         kw.pop("batch_size", None)
-        # envpool takes an int32 seed; callers derive seeds by offsets (seed + 1_000_003 * k)
+        # envpool takes an int32 seed; derived seeds (core.seeding) are 32-bit words
         return envpool.make(self.task_id, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs,
                             seed=int(seed) % (2 ** 31), **kw)
 

@@ -56,6 +56,7 @@ import torch
 
 from .base import Step, TensorVecEnv, canonical_device, check_num_envs
 from .registry import register_prefix
+from ..core.seeding import env_seeds
 
 __all__ = ["MinAtarVecEnv", "PackedUploader", "make_minatar", "MINATAR_GAMES"]
 
@@ -222,7 +223,7 @@ class MinAtarVecEnv(TensorVecEnv):
             seed = self._seed
         self._seeded = True
         if seed is not None:
-            words = np.random.SeedSequence(int(seed)).generate_state(self.num_envs)
+            words = env_seeds(seed, self.num_envs)
             for g, s in zip(self.games, words.tolist()):
                 g.seed(int(s))
         up = self._up

@@ -91,7 +91,7 @@ Decisions:
   and ``num_workers`` of ``num_groups``); group ``g`` owns the workers
   ``[g*W/G, (g+1)*W/G)`` and hence a contiguous range of envs.
 * **Seeds**: worker ``w``'s source is built with ``worker_seed(seed, w)``
-  (``SeedSequence(seed).spawn(...)[w]``'s first word; None stays None), and
+  (``core.seeding.derive_seed(seed, w)``; None stays None), and
   ``reset(seed=s)`` resets it with ``worker_seed(s, w)``; results are therefore
   reproducible for a given ``(seed, num_workers)`` but differ from one
   ``N``-env source built with ``seed``. :class:`SerialVecEnv` reproduces them.
@@ -130,9 +130,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from .base import Step, TensorVecEnv, canonical_device, check_num_envs, concat_steps
+from .base import Step, TensorVecEnv, canonical_device, check_num_envs, concat_steps, env_share
 from .workers import (CMD_GET_STATE, CMD_RESET, CMD_SET_STATE, CMD_STEP, MakeEnvFn, SharedLayout, WorkerError,
-                      WorkerResources, resolve_affinity, spin_acquire, worker_main, worker_seed)
+                      WorkerResources, resolve_affinity, spin_acquire, worker_main)
+from ..core.seeding import worker_seed
 
 __all__ = ["ParallelVecEnv", "SerialVecEnv", "NamedEnvFactory", "ParallelEnvCreator", "WorkerError", "worker_seed"]
 
@@ -230,13 +231,12 @@ class ParallelVecEnv(TensorVecEnv):
         if W < 1 or G < 1:
             raise ValueError(f"num_workers and num_groups must be >= 1, got {num_workers}, {num_groups}")
         if W % G:
-            raise ValueError(f"num_workers ({W}) must be a multiple of num_groups ({G})")
-        if n % W:
-            raise ValueError(f"num_envs ({n}) must be a multiple of num_workers ({W})")
+            raise ValueError(f"{type(self).__name__}: `num_workers` = {W} must be divisible by `num_groups` = {G}")
+        nw = env_share(n, W, "num_workers", type(self).__name__)
         if context not in ("spawn", "forkserver"):
             raise ValueError(f"context must be 'spawn' or 'forkserver', got {context!r}")
         self.device = canonical_device(device)
-        self.envs_per_worker = nw = n // W
+        self.envs_per_worker = nw
         self.workers_per_group = wg = W // G
         self.seed = seed
         self.step_timeout = step_timeout
@@ -574,11 +574,10 @@ class SerialVecEnv(TensorVecEnv):
         self.num_envs = n = check_num_envs(num_envs)
         self.num_workers = W = int(num_workers)
         self.num_groups = G = int(num_groups)
-        if W < 1 or n % W or W % G:
-            raise ValueError(f"need num_envs % num_workers == 0 and num_workers % num_groups == 0, "
-                             f"got {n}, {W}, {G}")
+        nw = env_share(n, W, "num_workers", type(self).__name__)
+        if G < 1 or W % G:
+            raise ValueError(f"{type(self).__name__}: `num_workers` = {W} must be divisible by `num_groups` = {G}")
         self.device = canonical_device(device)
-        nw = n // W
         self.envs = [make_env_fn(nw, worker_seed(seed, w)) for w in range(W)]
         e0 = self.envs[0]
         self.single_observation_space = e0.single_observation_space

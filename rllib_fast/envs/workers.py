@@ -28,7 +28,7 @@ import torch
 
 from .base import TensorVecEnv, canonical_device
 
-__all__ = ["WorkerError", "worker_seed", "MakeEnvFn", "SharedLayout", "WorkerResources", "worker_main",
+__all__ = ["WorkerError", "MakeEnvFn", "SharedLayout", "WorkerResources", "worker_main",
            "resolve_affinity", "spin_acquire", "CMD_STEP", "CMD_RESET", "CMD_GET_STATE", "CMD_SET_STATE",
            "CMD_CLOSE"]
 
@@ -41,14 +41,6 @@ _ALIGN = 64
 
 class WorkerError(RuntimeError):
     """A simulator worker raised, died, or the env was used after that."""
-
-
-def worker_seed(seed: Optional[int], worker: int) -> Optional[int]:
-    """Seed of worker ``worker``'s source: the first 32-bit word of the
-    ``worker``-th child of ``SeedSequence(seed)``; None for None."""
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence(int(seed), spawn_key=(int(worker),)).generate_state(1)[0])
 
 
 # ---------------------------------------------------------------------------

@@ -27,7 +27,8 @@ from rllib_fast.envs import Step, TensorVecEnv, validate_env
 from rllib_fast.envs.alternating import (AlternatingVecEnv, alternating_rollout, alternating_steps, concat_groups,
                                          split_groups)
 from rllib_fast.envs.parallel import NamedEnvFactory, ParallelEnvCreator, ParallelVecEnv, SerialVecEnv
-from rllib_fast.envs.workers import WorkerError, worker_seed
+from rllib_fast.core.seeding import worker_seed
+from rllib_fast.envs.workers import WorkerError
 
 HAS_MINATAR = importlib.util.find_spec("minatar") is not None
 
@@ -400,9 +401,9 @@ def test_dead_worker_is_detected_and_close_leaves_no_children():
 
 
 def test_argument_errors_start_nothing():
-    with pytest.raises(ValueError, match="multiple of num_workers"):
+    with pytest.raises(ValueError, match="must be divisible by `num_workers`"):
         ParallelVecEnv(MAKE, num_envs=5, num_workers=2)
-    with pytest.raises(ValueError, match="multiple of num_groups"):
+    with pytest.raises(ValueError, match="must be divisible by `num_groups`"):
         AlternatingVecEnv(MAKE, num_envs=6, num_workers=3)
     with pytest.raises(ValueError, match="context"):
         ParallelVecEnv(MAKE, num_envs=2, num_workers=1, context="fork")

@@ -24,10 +24,8 @@ import numpy as np
 from ray.rllib.core import DEFAULT_MODULE_ID
 import ray
 import torch
-from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX,
-                                     EPISODE_RETURN_MEAN, EPISODE_RETURN_MIN, LEARNER_RESULTS, NUM_EPISODES,
-                                     NUM_EPISODES_LIFETIME, NUM_ENV_STEPS_TRAINED,
-                                     NUM_ENV_STEPS_TRAINED_LIFETIME)
+from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX, EPISODE_RETURN_MEAN,
+                                     EPISODE_RETURN_MIN, LEARNER_RESULTS, NUM_EPISODES, NUM_EPISODES_LIFETIME)
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from ...core.multi_learner import close_actors
@@ -101,11 +99,7 @@ class AsyncDriverMixin:
         self._pull_central(outs[0]["buffers"])
         n = int(sum(o["env_steps"] for o in outs))
         self.log_env_steps(n)
-        trained = n
-        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), trained,
-                               reduce="lifetime_sum")
-        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), trained, reduce="sum")
-        self.metrics.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, trained, reduce="lifetime_sum")
+        self.log_trained_steps(n)
         self._log_episodes(outs)
         self._log_learner_stats(outs)
 

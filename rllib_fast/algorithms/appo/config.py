@@ -7,6 +7,7 @@ multi-learner: each of ``num_async_learners`` sampler-learners steps
 from __future__ import annotations
 
 from ...core.params import Param, with_defaults
+from ...envs.base import env_share_error
 from ..a2c.config import FastA2CConfig
 from ..ppo.config import FastPPOConfig
 
@@ -36,9 +37,9 @@ class AsyncLearnersConfigMixin:
 
     def validate_async(self) -> None:
         name = type(self).__name__
-        if self.num_envs % self.num_async_learners:
-            self._value_error(f"{name}: `num_envs` = {self.num_envs} must be divisible by `num_async_learners` = "
-                              f"{self.num_async_learners} (each learner steps num_envs / num_async_learners envs)")
+        split = env_share_error(self.num_envs, self.num_async_learners, "num_async_learners", name)
+        if split is not None:
+            self._value_error(split)
         if self.num_learners > 1:
             self._value_error(f"{name}: `num_learners` = {self.num_learners} (synchronous data-parallel "
                               "learners) is not supported here; allowed: 0 or 1 — use `num_async_learners`")

@@ -23,6 +23,8 @@ from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV
 
 from ...core.async_adam import MultiStepAdam
 from ...core.param_server import RemoteStoreClient
+from ...core.seeding import ASYNC_LEARNER, derive_seed
+from ...envs.base import env_share
 
 POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
@@ -131,9 +133,9 @@ class AsyncLearnerActor:
         torch.set_num_threads(1)
         cfg = driver_cls.get_default_config().from_state(config_state)
         cfg = cfg.copy(copy_frozen=False)
-        cfg.num_envs = cfg.num_envs // cfg.num_async_learners
+        cfg.num_envs = env_share(cfg.num_envs, cfg.num_async_learners, "num_async_learners", driver_cls.__name__)
         cfg.num_async_learners = 1  # this learner's own view: it steps its share alone
-        cfg.seed = (cfg.seed if cfg.seed is not None else 0) + 1_000_003 * (rank + 1)
+        cfg.seed = derive_seed(cfg.seed if cfg.seed is not None else 0, ASYNC_LEARNER, rank)
         cfg.evaluation_interval = None
         self.rank = rank
         self.algo = base_cls(config=cfg)

@@ -15,8 +15,7 @@ from typing import Any, Dict
 import torch
 from torch.nn import functional as F
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED,
-                                     NUM_ENV_STEPS_TRAINED_LIFETIME)
+from ray.rllib.utils.metrics import LEARNER_RESULTS
 
 from ...core.algorithm import FastAlgorithm
 from ...core.compile import compiled
@@ -143,10 +142,7 @@ class FastDQN(FastAlgorithm):
                 self._learn(n_updates)
             trained = n_updates * cfg.batch_size
         self.tracker.log_to(self.metrics)
-        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), trained,
-                               reduce="lifetime_sum")
-        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), trained, reduce="sum")
-        self.metrics.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, trained, reduce="lifetime_sum")
+        self.log_trained_steps(trained)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), cfg.training_intensity, window=1)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "epsilon"), self.epsilon(), window=1)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_updates_lifetime"), self.num_updates, window=1)

@@ -39,12 +39,12 @@ from typing import Any, Dict
 import numpy as np
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN, LEARNER_RESULTS,
-                                     NUM_ENV_STEPS_TRAINED, NUM_ENV_STEPS_TRAINED_LIFETIME, NUM_EPISODES)
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN, LEARNER_RESULTS, NUM_EPISODES
 
 from ...core.rollout import RolloutStorage
+from ...envs.base import env_share
 from ...envs.parallel import ParallelVecEnv
-from ...envs.workers import worker_seed
+from ...core.seeding import EXECUTOR, derive_seed, worker_seed
 from ..a2c.algorithm import FastA2C
 from ..ppo.algorithm import FastPPO
 from .config import HTSA2CConfig, HTSPPOConfig
@@ -57,7 +57,7 @@ POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 def executor_rng_seed(seed: int, e: int) -> int:
     """Seed of executor ``e``'s sampling stream (independent of its env's seed)."""
-    return int(np.random.SeedSequence(int(seed), spawn_key=(int(e), 0x4854)).generate_state(1)[0])
+    return derive_seed(seed, e, EXECUTOR)
 
 
 class HTSMixin:
@@ -73,13 +73,14 @@ class HTSMixin:
             return super().make_env(num_envs, seed)
         cfg = self.config
         E = cfg.num_executors
+        share = env_share(num_envs, E, "num_executors", type(self).__name__)
         if cfg.executor_processes:
-            parts = self._start_processes(num_envs // E, seed)
+            parts = self._start_processes(share, seed)
         else:
             parts = []
             try:
                 for e in range(E):
-                    parts.append(super().make_env(num_envs // E, worker_seed(seed, e)))
+                    parts.append(super().make_env(share, worker_seed(seed, e)))
             except BaseException:
                 for p in parts:
                     p.close()
@@ -181,10 +182,7 @@ class HTSMixin:
         self.log_env_steps(n)
         m = self.metrics
         if tot["trained"]:
-            m.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), tot["trained"],
-                        reduce="lifetime_sum")
-            m.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), tot["trained"], reduce="sum")
-            m.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, tot["trained"], reduce="lifetime_sum")
+            self.log_trained_steps(tot["trained"])
         m.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), self.training_intensity(), window=1)
         rt = max(tot["round"], 1e-12)
         for key, value in (

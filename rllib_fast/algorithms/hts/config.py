@@ -13,6 +13,7 @@ every alpha env steps, and alpha is also the rollout length of one batch
 from __future__ import annotations
 
 from ...core.params import Param, with_defaults
+from ...envs.base import env_share_error
 from ..a2c.config import FastA2CConfig
 from ..ppo.config import FastPPOConfig
 
@@ -61,9 +62,9 @@ class HTSKeys:
     def validate_algorithm(self) -> None:
         super().validate_algorithm()
         name = type(self).__name__
-        if self.num_envs % self.num_executors:
-            self._value_error(f"{name}: `num_envs` = {self.num_envs} must be divisible by `num_executors` = "
-                              f"{self.num_executors}; allowed: num_executors dividing num_envs")
+        split = env_share_error(self.num_envs, self.num_executors, "num_executors", name)
+        if split is not None:
+            self._value_error(split)
         if self.num_actors > self.num_executors:
             self._value_error(f"{name}: `num_actors` = {self.num_actors} exceeds `num_executors` = "
                               f"{self.num_executors}; allowed: 1..num_executors")

@@ -40,7 +40,7 @@ import torch
 from torch.nn import functional as F
 
 from ...envs.base import Step, TensorVecEnv, concat_steps
-from ...envs.workers import worker_seed
+from ...core.seeding import worker_seed
 from ..asymmetric import final_states, step_states
 
 

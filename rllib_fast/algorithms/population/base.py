@@ -27,10 +27,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX,
-                                     EPISODE_RETURN_MEAN, EPISODE_RETURN_MIN, LEARNER_RESULTS, NUM_EPISODES,
-                                     NUM_EPISODES_LIFETIME,
-                                     NUM_ENV_STEPS_TRAINED, NUM_ENV_STEPS_TRAINED_LIFETIME)
+from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX, EPISODE_RETURN_MEAN,
+                                     EPISODE_RETURN_MIN, LEARNER_RESULTS, NUM_EPISODES, NUM_EPISODES_LIFETIME)
 
 from ...core.algorithm import FastAlgorithm
 from ...core.metrics import EpisodeTracker
@@ -304,8 +302,5 @@ class PopulationAlgorithm(FastAlgorithm):
                                reduce="lifetime_sum")
         self.episodes_logged = episodes
         trained = n_updates * cfg.batch_size * self.K
-        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), trained,
-                               reduce="lifetime_sum")
-        self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), trained, reduce="sum")
-        self.metrics.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, trained, reduce="lifetime_sum")
+        self.log_trained_steps(trained)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_updates_lifetime"), self.num_updates, window=1)

@@ -16,6 +16,7 @@ from typing import Any, Dict
 
 import torch
 
+from ...core.nets import squashed_gaussian
 from ...core.stacked import StackedMLP, VectorAdam, copy_members, member_broadcast as _b
 from ...core.state import StateAdapter
 from .actor_critic import PopActorCritic
@@ -51,12 +52,7 @@ class PopSAC(PopActorCritic):
     def sample_pi(self, obs: torch.Tensor, eps: torch.Tensor):
         """Squashed-Gaussian action in [-1, 1] and its log-probability (``[K, B]``)."""
         mean, log_std = self.actor(obs).chunk(2, -1)
-        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        u = mean + log_std.exp() * eps
-        a = torch.tanh(u)
-        logp = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        logp = logp - (2 * (math.log(2.0) - u - torch.nn.functional.softplus(-2 * u))).sum(-1)
-        return a, logp
+        return squashed_gaussian(mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX), eps)
 
     def policy_actions(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         obs = obs.float()

@@ -19,8 +19,7 @@ from typing import Any, Dict
 import numpy as np
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import (ALL_MODULES, LEARNER_RESULTS, NUM_ENV_STEPS_TRAINED,
-                                     NUM_ENV_STEPS_TRAINED_LIFETIME)
+from ray.rllib.utils.metrics import LEARNER_RESULTS
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from ...core.algorithm import FastAlgorithm
@@ -119,9 +118,7 @@ class _PQLFamily(FastAlgorithm):
         self.tracker.log_to(self.metrics)
         trained = int(n_critic) * cfg.resolved_batch_size()
         m = self.metrics
-        m.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), trained, reduce="lifetime_sum")
-        m.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED), trained, reduce="sum")
-        m.log_value(NUM_ENV_STEPS_TRAINED_LIFETIME, trained, reduce="lifetime_sum")
+        self.log_trained_steps(trained)
         L = (LEARNER_RESULTS, POLICY)
         if n_critic:
             m.log_value(L + ("critic_loss",), float(critic_m[0]) / n_critic, window=1)

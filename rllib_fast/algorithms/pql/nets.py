@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ...core.nets import mlp
+from ...core.nets import mlp, squashed_gaussian
 
 
 class DeterministicPolicy(nn.Module):
@@ -53,12 +53,8 @@ class SquashedGaussianPolicy(nn.Module):
         mean, log_std = self.net(obs_n).chunk(2, dim=-1)
         lo, hi = self.log_std_bounds
         log_std = lo + 0.5 * (hi - lo) * (torch.tanh(log_std) + 1.0)
-        u = mean if deterministic else mean + torch.randn_like(mean) * log_std.exp()
-        z = (u - mean) * torch.exp(-log_std)
-        logp = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        # log(1 - tanh(u)^2) computed stably
-        logp = logp - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
-        return torch.tanh(u), logp
+        eps = torch.zeros_like(mean) if deterministic else torch.randn_like(mean)
+        return squashed_gaussian(mean, log_std, eps)
 
     def forward(self, obs_n: torch.Tensor) -> torch.Tensor:
         return self.sample(obs_n, deterministic=True)[0]
