@@ -64,7 +64,8 @@ def test_pbt_mutates_lr_and_algorithm_applies_it(tmp_path, reuse_actors):
 
     tuner = tune.Tuner("FastPPO", param_space=param_space, tune_config=tune.TuneConfig(
         scheduler=pbt, metric=RET, mode="max", reuse_actors=reuse_actors),
-        run_config=tune.RunConfig(storage_path=str(tmp_path), stop={"training_iteration": 6},
+        # exploits after iteration 2: iterations 3 and 4 run with the mutated lr
+        run_config=tune.RunConfig(storage_path=str(tmp_path), stop={"training_iteration": 4},
                                   callbacks=[Record()], checkpoint_config=tune.CheckpointConfig(
                                       checkpoint_frequency=2)))
     results = tuner.fit()
