@@ -311,8 +311,10 @@ def minatar_config(kind: str, layout: str, args):
                                                  entropy_coeff=0.01)
         cls = HTSA2CConfig if kind == "HTSA2C" else FastA2CConfig
     else:
+        # the update pinned for both arms: FastPPO's defaults adapt lr to the epoch KL and take 5 epochs,
+        # HTSPPO's do not (a lag-one behaviour policy changes the KL it would adapt to)
         T, common = args.minatar_ppo_alpha, dict(hidden_sizes=[128, 128], activation="relu", lr=2.5e-4,
-                                                 entropy_coeff=0.01)
+                                                 entropy_coeff=0.01, num_epochs=4, adaptive_lr_kl_target=None)
         cls = HTSPPOConfig if kind == "HTSPPO" else FastPPOConfig
     # normalize_obs=False: MinAtar observations are 0/1 planes already
     common.update(decorrelate_steps=0, normalize_obs=False)
@@ -382,7 +384,7 @@ def minatar_markdown(m: Dict[str, Any]) -> List[str]:
     md = [f"## MinAtar {m['game']}: learning vs wall-clock ({m['budget_s']:.0f} s per arm, {m['num_envs']} envs, "
           f"seed {m['seed']})", "",
           f"Same hyperparameters within a pair (MLP 128x128 relu, entropy 0.01, no obs normalisation; A2C: RMSProp lr 7e-4, rollout = "
-          f"alpha = {m['a2c_alpha']}; PPO: lr 2.5e-4, rollout = alpha = {m['ppo_alpha']}). `procs`: the "
+          f"alpha = {m['a2c_alpha']}; PPO: lr 2.5e-4 fixed, 4 epochs, rollout = alpha = {m['ppo_alpha']}). `procs`: the "
           f"{m['num_envs']} envs in {m['executors']} simulator processes (HTS: one per executor, "
           "`executor_processes=True`; synchronous: `ParallelEnvCreator(num_workers="
           f"{m['executors']})`, a barrier every step); `inproc`: the default in-process MinAtar env. "
