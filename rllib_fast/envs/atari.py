@@ -69,7 +69,8 @@ import torch
 
 from .base import Step, TensorVecEnv, canonical_device, check_num_envs
 from .frame_stack import FrameStack
-from .minatar import PackedUploader, _actions_to_list
+from .minatar import _actions_to_list
+from .upload import PackedUploader
 from .registry import register_prefix
 from ..core.seeding import env_seeds
 

@@ -34,7 +34,7 @@ import torch
 
 from .base import canonical_device, check_num_envs
 from .gymnasium import GymVectorEnvAdapter
-from .minatar import PackedUploader
+from .upload import StepUploader
 from .registry import register_prefix
 
 __all__ = ["EnvPoolVecEnv", "make_envpool"]
@@ -82,32 +82,6 @@ class _InOrder:
         self._pool.close()
 
 
-class _Uint8Uploader:
-    """The ``_Uploader`` interface of the gymnasium bridge for uint8 frames:
-    one packed host buffer (flags, rewards, frames) and one device copy."""
-
-    def __init__(self, num_envs: int, obs_shape: tuple, device: torch.device):
-        self.pk = PackedUploader(num_envs, obs_shape, device, n_f32=1, n_bool=3)
-
-    def obs(self, obs: np.ndarray) -> torch.Tensor:
-        self.pk.wait()
-        self.pk.obs[...] = obs
-        return self.pk.send_obs()
-
-    def step(self, obs, final_obs, reward, terminated, truncated, valid):
-        pk = self.pk
-        pk.wait()
-        pk.f32[0] = reward
-        pk.bools[0], pk.bools[1] = terminated, truncated
-        pk.bools[2] = True if valid is None else valid
-        pk.obs[...] = obs
-        with_final = final_obs is not obs
-        if with_final:
-            pk.final[...] = final_obs
-        f32, bools, o, fo = pk.send(with_final)
-        return o, fo, f32[0], bools[0], bools[1], None if valid is None else bools[2]
-
-
 class EnvPoolVecEnv(GymVectorEnvAdapter):
     """A synchronous envpool pool as a ``TensorVecEnv`` (see the module docstring).
 
@@ -136,7 +110,7 @@ class EnvPoolVecEnv(GymVectorEnvAdapter):
         src = pool.single_observation_space
         if isinstance(src, gym.spaces.Box) and np.dtype(src.dtype) == np.uint8:
             self.single_observation_space = src
-            self._uploader = _Uint8Uploader(self.num_envs, self.obs_shape, self.device)
+            self._uploader = StepUploader(self.num_envs, self.obs_shape, self.device, obs_dtype=np.uint8)
 
     def _build(self, num_envs: int, seed: int) -> Any:
         envpool = _import_envpool()

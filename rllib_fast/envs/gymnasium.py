@@ -42,6 +42,7 @@ from gymnasium.vector.utils import batch_space
 
 from .base import Step, TensorVecEnv
 from .registry import register_prefix
+from .upload import StepUploader
 
 __all__ = [
     "GymVectorEnvAdapter",
@@ -93,76 +94,6 @@ def _owned_f32(x: Any) -> np.ndarray:
     return np.array(x, dtype=np.float32, copy=True, order="C")
 
 
-class _Uploader:
-    """Moves one step's numpy results to the device.
-
-    On CPU each array becomes a tensor via ``torch.from_numpy`` (zero extra copy
-    of the owned arrays). On CUDA everything is packed into one pinned staging
-    buffer and sent with a single ``non_blocking`` host-to-device copy; an event
-    guards the staging buffer against being overwritten while a copy is still
-    in flight.
-    """
-
-    def __init__(self, num_envs: int, obs_shape: tuple, device: torch.device,
-                 packed: Optional[bool] = None):
-        self.n = int(num_envs)
-        self.obs_shape = tuple(obs_shape)
-        self.d = int(np.prod(self.obs_shape, dtype=np.int64)) if self.obs_shape else 1
-        self.device = device
-        self.on_cuda = device.type == "cuda"
-        # `packed` on a CPU device only exists to test the staging layout
-        self.cuda = self.on_cuda if packed is None else bool(packed)
-        self._event = None
-        if self.cuda:
-            # layout: obs [N*D] | final_obs [N*D] | reward [N] | term, trunc, valid [3N]
-            self._pinned = torch.empty(2 * self.n * self.d + 4 * self.n, dtype=torch.float32,
-                                       pin_memory=self.on_cuda)
-            self._pinned_np = self._pinned.numpy()
-
-    def _wait(self) -> None:
-        if self._event is not None:
-            self._event.synchronize()
-            self._event = None
-
-    def _send(self, length: int) -> torch.Tensor:
-        if not self.on_cuda:
-            return self._pinned[:length].to(self.device, copy=True)
-        dev = self._pinned[:length].to(self.device, non_blocking=True)
-        self._event = torch.cuda.Event()
-        self._event.record()
-        return dev
-
-    def obs(self, obs: np.ndarray) -> torch.Tensor:
-        if not self.cuda:
-            return torch.from_numpy(_owned_f32(obs)).to(self.device)
-        self._wait()
-        nd = self.n * self.d
-        self._pinned_np[:nd] = np.asarray(obs).reshape(-1)
-        return self._send(nd).view(self.n, *self.obs_shape)
-
-    def step(self, obs, final_obs, reward, terminated, truncated, valid) -> Tuple[torch.Tensor, ...]:
-        n, nd = self.n, self.n * self.d
-        if not self.cuda:
-            v = None if valid is None else torch.from_numpy(np.array(valid, dtype=bool))
-            return (torch.from_numpy(_owned_f32(obs)), torch.from_numpy(_owned_f32(final_obs)),
-                    torch.from_numpy(_owned_f32(reward)),
-                    torch.from_numpy(np.array(terminated, dtype=bool)),
-                    torch.from_numpy(np.array(truncated, dtype=bool)), v)
-        self._wait()
-        p = self._pinned_np
-        p[:nd] = np.asarray(obs).reshape(-1)
-        p[nd:2 * nd] = np.asarray(final_obs).reshape(-1)
-        o = 2 * nd
-        p[o:o + n] = reward
-        p[o + n:o + 2 * n] = terminated
-        p[o + 2 * n:o + 3 * n] = truncated
-        p[o + 3 * n:o + 4 * n] = True if valid is None else valid
-        dev = self._send(o + 4 * n)
-        flags = dev[o + n:].view(3, n) > 0.5
-        return (dev[:nd].view(n, *self.obs_shape), dev[nd:o].view(n, *self.obs_shape),
-                dev[o:o + n], flags[0], flags[1], None if valid is None else flags[2])
-
-
 # ---------------------------------------------------------------------------
 # gymnasium VectorEnv -> TensorVecEnv
 # ---------------------------------------------------------------------------
@@ -206,7 +137,7 @@ class GymVectorEnvAdapter(TensorVecEnv):
         self._seed = seed
         self._seeded = False
         self._prev_done = np.zeros(self.num_envs, dtype=bool)
-        self._uploader = _Uploader(self.num_envs, self.obs_shape, self.device)
+        self._uploader = StepUploader(self.num_envs, self.obs_shape, self.device)
         self.last_infos: Dict[str, Any] = {}
 
     @staticmethod

@@ -5,7 +5,7 @@ numpy, one Python object per game instance. :class:`MinAtarVecEnv` keeps ``N``
 ``minatar.Environment`` objects and steps them in a tight Python loop -- the
 per-env loop is inherent to this CPU source -- writing every result into one
 preallocated host staging buffer that reaches the device with a single copy per
-step (see :class:`PackedUploader`).
+step (see :mod:`rllib_fast.envs.upload`).
 
 Names: ``minatar:breakout``, ``minatar:space_invaders``, ``minatar:freeway``,
 ``minatar:seaquest``, ``minatar:asterix`` (also accepted: ``Breakout``,
@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import pickle
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -56,93 +56,12 @@ import torch
 
 from .base import Step, TensorVecEnv, canonical_device, check_num_envs
 from .registry import register_prefix
+from .upload import PackedUploader
 from ..core.seeding import env_seeds
 
-__all__ = ["MinAtarVecEnv", "PackedUploader", "make_minatar", "MINATAR_GAMES"]
+__all__ = ["MinAtarVecEnv", "make_minatar", "MINATAR_GAMES"]
 
 MINATAR_GAMES = ("asterix", "breakout", "freeway", "seaquest", "space_invaders")
-
-
-# ---------------------------------------------------------------------------
-# one host->device copy per step
-# ---------------------------------------------------------------------------
-class PackedUploader:
-    """Packs one step of a CPU image source into a single byte buffer and moves
-    it to the device with one copy.
-
-    Layout of the (pinned, on CUDA) host buffer::
-
-        float32 rows [n_f32, N] | bool rows [n_bool, N] | obs uint8 [N, *shape] | final uint8 [N, *shape]
-
-    Fill the numpy views ``f32``, ``bools``, ``obs`` and ``final`` in place, then
-    call :meth:`send`; ``final`` is only transferred when asked (when some env
-    ended), otherwise the returned ``final_obs`` is the ``obs`` tensor itself.
-    Every call returns tensors backed by a fresh device buffer (on a CPU device a
-    fresh copy), so results of earlier steps are never overwritten.
-
-    On CUDA the copy is ``non_blocking`` and an event guards the staging buffer:
-    :meth:`wait` (call it before writing the views) blocks only until the
-    previous step's copy has left the buffer, not on the device's work.
-    """
-
-    def __init__(self, num_envs: int, obs_shape: Sequence[int], device: torch.device,
-                 n_f32: int = 1, n_bool: int = 2):
-        self.n = n = int(num_envs)
-        self.obs_shape = tuple(int(s) for s in obs_shape)
-        self.d = int(np.prod(self.obs_shape, dtype=np.int64))
-        self.device = torch.device(device)
-        self.cuda = self.device.type == "cuda"
-        self.n_f32, self.n_bool = int(n_f32), int(n_bool)
-        self._f32_end = 4 * n * self.n_f32            # offset 0: float32 views stay aligned
-        self._head = self._f32_end + n * self.n_bool
-        total = self._head + 2 * n * self.d
-        self._buf = torch.zeros(total, dtype=torch.uint8, pin_memory=self.cuda)
-        self._buf_np = b = self._buf.numpy()
-        self.f32 = b[:self._f32_end].view(np.float32).reshape(self.n_f32, n)
-        self.bools = b[self._f32_end:self._head].view(np.bool_).reshape(self.n_bool, n)
-        self.obs = b[self._head:self._head + n * self.d].reshape(n, *self.obs_shape)
-        self.final = b[self._head + n * self.d:].reshape(n, *self.obs_shape)
-        self._event = None
-
-    def wait(self) -> None:
-        if self._event is not None:
-            self._event.synchronize()
-            self._event = None
-
-    def _transfer(self, length: int) -> torch.Tensor:
-        src = self._buf[:length]
-        if self.device.type == "cpu":
-            # a plain single-threaded memcpy: torch's parallel copy of a small buffer costs
-            # OpenMP barrier latency (milliseconds on an oversubscribed CPU)
-            return torch.from_numpy(self._buf_np[:length].copy())
-        if not self.cuda:
-            return src.to(self.device, copy=True)
-        dev = src.to(self.device, non_blocking=True)
-        self._event = torch.cuda.Event()
-        self._event.record()
-        return dev
-
-    def send_obs(self) -> torch.Tensor:
-        """Only the ``obs`` block (for ``reset``)."""
-        n, d, h = self.n, self.d, self._head
-        if not self.cuda:
-            return torch.from_numpy(self.obs.copy()).to(self.device)
-        # keep the header out of it: copy the obs block alone
-        dev = self._buf[h:h + n * d].to(self.device, non_blocking=True)
-        self._event = torch.cuda.Event()
-        self._event.record()
-        return dev.view(n, *self.obs_shape)
-
-    def send(self, with_final: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(f32 [n_f32, N], bools [n_bool, N], obs, final_obs)`` on the device."""
-        n, d, h = self.n, self.d, self._head
-        length = h + n * d * (2 if with_final else 1)
-        dev = self._transfer(length)
-        f32 = dev[:self._f32_end].view(torch.float32).view(self.n_f32, n)
-        bools = dev[self._f32_end:h].view(torch.bool).view(self.n_bool, n)
-        obs = dev[h:h + n * d].view(n, *self.obs_shape)
-        final = dev[h + n * d:length].view(n, *self.obs_shape) if with_final else obs
-        return f32, bools, obs, final
 
 
 def _actions_to_list(actions: Any) -> List[int]:

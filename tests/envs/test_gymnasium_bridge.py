@@ -306,29 +306,33 @@ def test_gym_prefix_make():
                  autoreset_mode="same_step")
 
 
-def test_packed_staging_layout_matches_plain_upload():
-    """The CUDA path packs a step into one staging buffer; check its layout on CPU."""
-    from rllib_fast.envs.gymnasium import _Uploader
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+def test_packed_step_upload_matches_the_arrays(dtype):
+    """One staging buffer carries a whole step (rewards, flags, obs, final obs) in one
+    copy; with an odd env count the obs block needs padding to stay aligned."""
+    from rllib_fast.envs.upload import StepUploader
 
     n, shape = 3, (2, 2)
     rng = np.random.default_rng(0)
-    obs, final = rng.normal(size=(n, *shape)), rng.normal(size=(n, *shape))
+    obs = rng.normal(size=(n, *shape)) if dtype == np.float32 else rng.integers(0, 255, (n, *shape))
+    final = obs[::-1].copy()
     rew = rng.normal(size=n)
     term, trunc, valid = np.array([1, 0, 0], bool), np.array([0, 1, 0], bool), np.array([1, 1, 0], bool)
-    plain = _Uploader(n, shape, torch.device("cpu"))
-    packed = _Uploader(n, shape, torch.device("cpu"), packed=True)
+    up = StepUploader(n, shape, torch.device("cpu"), obs_dtype=dtype)
+    tdt = torch.float32 if dtype == np.float32 else torch.uint8
     for v in (valid, None):
-        a = plain.step(obs, final, rew, term, trunc, v)
-        b = packed.step(obs, final, rew, term, trunc, v)
-        for x, y in zip(a, b):
-            if x is None:
-                assert y is None
-            else:
-                assert x.dtype == y.dtype and x.shape == y.shape
-                torch.testing.assert_close(x, y)
-    first = packed.obs(obs)
-    packed.obs(final)  # staging reuse must not alias earlier results
-    torch.testing.assert_close(first, torch.as_tensor(obs, dtype=torch.float32))
+        o, fo, r, te, tr, vv = up.step(obs, final, rew, term, trunc, v)
+        torch.testing.assert_close(o, torch.as_tensor(obs.astype(dtype)))
+        torch.testing.assert_close(fo, torch.as_tensor(final.astype(dtype)))
+        torch.testing.assert_close(r, torch.as_tensor(rew, dtype=torch.float32))
+        assert o.dtype == fo.dtype == tdt
+        assert te.tolist() == term.tolist() and tr.tolist() == trunc.tolist()
+        assert vv is None if v is None else vv.tolist() == valid.tolist()
+    o, fo, *_ = up.step(obs, obs, rew, term, trunc, None)   # nobody ended: final_obs is obs
+    assert fo is o
+    first = up.obs(obs)
+    up.obs(final)  # staging reuse must not alias earlier results
+    torch.testing.assert_close(first, torch.as_tensor(obs.astype(dtype)))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
