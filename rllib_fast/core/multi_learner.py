@@ -27,6 +27,7 @@ from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISO
                                      EPISODE_RETURN_MIN, NUM_EPISODES, NUM_EPISODES_LIFETIME)
 
 from .distributed import DistributedContext, free_port
+from .learner_actor import LearnerActor, close_actors
 from .seeding import LEARNER, derive_seed
 
 # The rank of the learner this process hosts when it is a remote learner (1..L-1);
@@ -38,17 +39,6 @@ _REMOTE_RANK: Optional[int] = None
 def remote_learner_rank() -> Optional[int]:
     """This process's learner rank if it hosts a remote learner, else None."""
     return _REMOTE_RANK
-
-
-def close_actors(actors: list, timeout_s: float = 30.0) -> None:
-    """Ask actors to ``close()`` (release envs, process groups, threads), then
-    kill them: best effort, so shutdown never hangs on a wedged actor."""
-    try:
-        ray.get([a.close.remote() for a in actors], timeout=timeout_s)
-    except Exception:  # noqa: BLE001 - best effort at shutdown
-        pass
-    for a in actors:
-        ray.kill(a)
 
 
 def learner_config(config: Any, rank: int):
@@ -99,18 +89,19 @@ def module_tensors(module: torch.nn.Module) -> List[torch.Tensor]:
 
 
 @ray.remote
-class RemoteLearner:
+class RemoteLearner(LearnerActor):
+    """Data-parallel learner ``rank`` >= 1: a copy of the trial's algorithm with
+    its own env share and seed, joined to learner 0's process group."""
+
     def __init__(self, algo_cls, config_state: Dict[str, Any], rank: int, world_size: int):
         # Ray may ship this class by value, with a globals dict of its own: mark the
         # imported module, which `remote_learner_rank()` reads.
         import rllib_fast.core.multi_learner as this_module
 
-        torch.set_num_threads(1)
+        super().__init__(algo_cls, config_state)
         this_module._REMOTE_RANK = rank
-        self.algo_cls = algo_cls
-        cfg = algo_cls.get_default_config().from_state(config_state)
         self.rank, self.world_size = rank, world_size
-        self.algo = algo_cls(config=learner_config(cfg, rank))
+        self.algo = self.hosted = algo_cls(config=learner_config(self.config, rank))
 
     def join(self, init_method: str) -> bool:
         self.algo.dist = DistributedContext(self.rank, self.world_size, init_method, self.algo.device)
@@ -132,16 +123,10 @@ class RemoteLearner:
         cfg.env = self.algo.config.env
         return self.algo.reset_config(cfg)
 
-    def get_state(self) -> Dict[str, Any]:
-        return self.algo.get_state()
-
-    def set_state(self, state: Dict[str, Any]) -> None:
-        self.algo.set_state(state)
-
     def parameter_vector(self) -> torch.Tensor:
         return torch.cat([t.detach().reshape(-1).double().cpu() for t in module_tensors(self.algo.module)])
 
-    def close(self) -> None:
+    def release(self) -> None:
         if self.algo.dist is not None:
             self.algo.dist.close()
         self.algo.stop()

@@ -15,8 +15,6 @@ import numbers
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
-_MISSING = object()
-
 
 @dataclass(frozen=True)
 class Param:
@@ -122,11 +120,6 @@ def apply_defaults(obj: Any, spec: Dict[str, Param]) -> None:
     """Set every declared default as a top-level attribute of ``obj``."""
     for key, p in spec.items():
         setattr(obj, key, copy.deepcopy(p.default))
-
-
-def validation_errors(obj: Any, spec: Dict[str, Param]) -> list:
-    return [msg for key, p in spec.items() if (msg := p.error(key, getattr(obj, key, _MISSING)
-                                                             if hasattr(obj, key) else p.default))]
 
 
 def unknown_key_message(owner: str, key: str, known: Iterable[str]) -> str:

@@ -23,6 +23,7 @@ EXECUTOR = 0x4854      # 'HT': an HTS executor's sampling stream (second key: ex
 LEARNER = 0x4C52       # 'LR': data-parallel learner r >= 1 (learner 0 is the trial itself)
 ASYNC_LEARNER = 0x4153  # 'AS': asynchronous (APPO/A3C) learner r
 EVALUATION = 0x4556    # 'EV': the evaluation envs (second key: the evaluation round)
+PQL_LEARNER = 0x504C   # 'PL': PQL's learner actors on the Ray backend (second key: 0 = V, 1 = P)
 
 
 def derive_seed(seed: int, *keys: int) -> int:

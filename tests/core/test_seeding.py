@@ -4,12 +4,13 @@ import pytest
 
 from rllib_fast.algorithms.ppo import FastPPOConfig
 from rllib_fast.core.multi_learner import learner_config
-from rllib_fast.core.seeding import ASYNC_LEARNER, EVALUATION, EXECUTOR, LEARNER, derive_seed, env_seeds, worker_seed
+from rllib_fast.core.seeding import (ASYNC_LEARNER, EVALUATION, EXECUTOR, LEARNER, PQL_LEARNER, derive_seed, env_seeds,
+                                     worker_seed)
 from rllib_fast.envs.base import env_share
 
 
 def test_derived_seeds_are_independent_children_not_offsets():
-    tags = (EXECUTOR, LEARNER, ASYNC_LEARNER, EVALUATION)
+    tags = (EXECUTOR, LEARNER, ASYNC_LEARNER, EVALUATION, PQL_LEARNER)
     assert len(set(tags)) == len(tags) and all(t > 1000 for t in tags)   # never a worker index
     seeds = {derive_seed(7, tag, r) for tag in tags for r in range(4)} | {worker_seed(7, w) for w in range(4)}
     assert len(seeds) == 4 * len(tags) + 4 and 7 not in seeds

@@ -28,7 +28,7 @@ from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISO
                                      EPISODE_RETURN_MIN, LEARNER_RESULTS, NUM_EPISODES, NUM_EPISODES_LIFETIME)
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
-from ...core.multi_learner import close_actors
+from ...core.learner_actor import close_actors
 from ...core.param_server import start_parameter_server
 from ..a2c import FastA2C
 from ..ppo import FastPPO

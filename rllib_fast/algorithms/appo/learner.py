@@ -22,6 +22,7 @@ import torch
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED, NUM_EPISODES
 
 from ...core.async_adam import MultiStepAdam
+from ...core.learner_actor import LearnerActor
 from ...core.param_server import RemoteStoreClient
 from ...core.seeding import ASYNC_LEARNER, derive_seed
 from ...envs.base import env_share
@@ -126,19 +127,18 @@ class CentralStoreSync:
 
 
 @ray.remote
-class AsyncLearnerActor:
+class AsyncLearnerActor(LearnerActor):
     """Runs one learner's rollout/learn cycles on request and reports them."""
 
     def __init__(self, base_cls, config_state: Dict[str, Any], driver_cls, rank: int, store_handle):
-        torch.set_num_threads(1)
-        cfg = driver_cls.get_default_config().from_state(config_state)
-        cfg = cfg.copy(copy_frozen=False)
+        super().__init__(driver_cls, config_state)
+        cfg = self.config.copy(copy_frozen=False)
         cfg.num_envs = env_share(cfg.num_envs, cfg.num_async_learners, "num_async_learners", driver_cls.__name__)
         cfg.num_async_learners = 1  # this learner's own view: it steps its share alone
         cfg.seed = derive_seed(cfg.seed if cfg.seed is not None else 0, ASYNC_LEARNER, rank)
         cfg.evaluation_interval = None
         self.rank = rank
-        self.algo = base_cls(config=cfg)
+        self.algo = self.hosted = base_cls(config=cfg)
         self.sync = CentralStoreSync(self.algo, RemoteStoreClient(store_handle))
         self.algo.use_optimizer(self.sync.optimizer, param_sync=self.sync)
 
@@ -164,12 +164,10 @@ class AsyncLearnerActor:
         }
         return out
 
-    def get_state(self) -> Dict[str, Any]:
-        return self.algo.get_state()
-
-    def set_state(self, state: Dict[str, Any]) -> None:
-        self.algo.set_state(state)
+    def set_state(self, state: Dict[str, Any]) -> bool:
+        super().set_state(state)
         self.sync.pull()  # parameters come from the (restored) central store
+        return True
 
     def apply_live_config(self, live: Dict[str, Any]) -> None:
         """Apply the driver's live hyperparameters (PBT) to this learner."""
@@ -180,6 +178,3 @@ class AsyncLearnerActor:
         cfg.freeze()
         algo.config = algo._built_config = cfg
         algo.apply_live_hyperparameters()
-
-    def close(self) -> None:
-        self.algo.stop()

@@ -46,8 +46,9 @@ import ray
 import torch
 
 from ...core.distributed import free_port
-from ...core.multi_learner import close_actors
+from ...core.learner_actor import LearnerActor, close_actors
 from ...core.ratio import LimitGate
+from ...core.seeding import PQL_LEARNER, derive_seed
 from ...core.tensor_link import TensorLink
 from .components import CriticLearner, Dims, LiveParams, PolicyLearner
 from .nets import load_snapshot, snapshot
@@ -71,21 +72,21 @@ def _gpu_uuid(device: torch.device) -> Optional[str]:
 
 
 @ray.remote
-class PQLLearnerHost:
+class PQLLearnerHost(LearnerActor):
     """One learner (role 'critic' = V, 'policy' = P) with its loop thread."""
 
     def __init__(self, role: str, algo_cls, config_state: Dict[str, Any], dims: Dims, rows_per_add: int,
                  capacity: int, device: str, init: Dict[str, Any]):
-        torch.set_num_threads(1)
-        cfg = algo_cls.get_default_config().from_state(config_state)
+        super().__init__(algo_cls, config_state)
+        cfg = self.config
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         self.role, self.cfg = role, cfg
         self.live = LiveParams.from_config(cfg)
-        torch.manual_seed((cfg.seed or 0) + (17 if role == "critic" else 29))
+        torch.manual_seed(derive_seed(cfg.seed or 0, PQL_LEARNER, 0 if role == "critic" else 1))
         klass = CriticLearner if role == "critic" else PolicyLearner
-        self.learner = klass(cfg, dims, self.device, self.live, rows_per_add, capacity)
+        self.learner = self.hosted = klass(cfg, dims, self.device, self.live, rows_per_add, capacity)
         # identical initial weights everywhere (sent by the driver)
         if role == "critic":
             load_snapshot(self.learner.critic, init["critic"])
@@ -187,7 +188,7 @@ class PQLLearnerHost:
         self.learner.load_state_dict(state)
         return True
 
-    def close(self) -> bool:
+    def release(self) -> None:
         self.stop.set()
         self.running.set()
         self.halt.set()
@@ -195,7 +196,6 @@ class PQLLearnerHost:
         self.thread.join(timeout=10)
         if self.link is not None:
             self.link.close()
-        return True
 
     # -- loop ------------------------------------------------------------------
     def _ingest(self) -> None:
