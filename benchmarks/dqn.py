@@ -43,6 +43,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness as H  # noqa: E402
+import _report as R  # noqa: E402
 
 NAME = "dqn"
 HERE_MOD = "dqn"
@@ -421,21 +422,21 @@ def minatar_table(rows: Sequence[Dict[str, Any]]) -> str:
     for r in rows:
         runs = r["runs"]
         finals = [x.get("final_return") for x in runs]
-        fin = H._median(finals)
-        score = H.fmt_num(fin, 2)
+        fin = R.median(finals)
+        score = R.fmt_num(fin, 2)
         if len(runs) > 1 and fin is not None:
             fs = [f for f in finals if f is not None]
             score += f" [{min(fs):.2f}–{max(fs):.2f}]"
-        eps = H._median((x["points"][-1].get("episodes") if x["points"] else None) for x in runs)
+        eps = R.median((x["points"][-1].get("episodes") if x["points"] else None) for x in runs)
         status = r["status"]
         if status != "ok":
             score += f" ({status})"
-        body.append([r["label"], r["num_envs"] or "–", score, H.fmt_num(r["best_return"], 2),
-                     H.fmt_num(eps, 0), H.fmt_steps(H._median(x.get("final_steps") for x in runs)),
-                     H.fmt_sps(r["sps_overall"]), H.fmt_sps(r["sps_sampling"]), H.fmt_num(r["startup_s"]),
-                     H.fmt_num(H._median(x.get("cpu_s") for x in runs)), H.fmt_num(r["rss_proc"], 0), H.fmt_num(r["rss_tree"], 0),
-                     H.fmt_num(r["foreign"], 2)])
-    return H.markdown_table(headers, body)
+        body.append([r["label"], r["num_envs"] or "–", score, R.fmt_num(r["best_return"], 2),
+                     R.fmt_num(eps, 0), R.fmt_steps(R.median(x.get("final_steps") for x in runs)),
+                     R.fmt_sps(r["sps_overall"]), R.fmt_sps(r["sps_sampling"]), R.fmt_num(r["startup_s"]),
+                     R.fmt_num(R.median(x.get("cpu_s") for x in runs)), R.fmt_num(r["rss_proc"], 0), R.fmt_num(r["rss_tree"], 0),
+                     R.fmt_num(r["foreign"], 2)])
+    return R.markdown_table(headers, body)
 
 
 def inference_results(records) -> List[Dict[str, Any]]:
@@ -457,16 +458,16 @@ def inference_table(res: Sequence[Dict[str, Any]]) -> str:
         row: List[Any] = [n]
         for e in envs:
             b, p = by.get((e, n, "batched")), by.get((e, n, "per_env"))
-            row += [H.fmt_sps(b["sps"]) if b else "–", H.fmt_sps(p["sps"]) if p else "–",
-                    H.fmt_ratio(H.ratio(b["sps"], p["sps"])) if b and p else "–",
+            row += [R.fmt_sps(b["sps"]) if b else "–", R.fmt_sps(p["sps"]) if p else "–",
+                    R.fmt_ratio(R.ratio(b["sps"], p["sps"])) if b and p else "–",
                     f"{b['act_us']:.0f} / {p['act_us']:.0f}" if b and p else "–"]
         body.append(row)
-    return H.markdown_table(headers, body)
+    return R.markdown_table(headers, body)
 
 
 def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     target = meta["target"]
-    rows = H.aggregate_learn(records)
+    rows = R.aggregate_learn(records)
     cp_rows, ma_rows = _fam_rows(rows, "cartpole"), _fam_rows(rows, "minatar")
     by_key = {r["key"]: r for r in rows}
     out = ["# DQN family: FastDQN / Rainbow vs RLlib DQN vs SB3 DQN", "",
@@ -477,7 +478,7 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
            + (f" (arms re-run on {meta['updated']}: {meta['update_min']:.1f} min)" if meta.get("updated") else ""),
            ""]
     if cp_rows:
-        out += [f"## CartPole: wall-clock to a 100-episode mean return of {target:g}", "", H.learn_table(cp_rows), "",
+        out += [f"## CartPole: wall-clock to a 100-episode mean return of {target:g}", "", R.learn_table(cp_rows), "",
                 "*Time to target* counts from algorithm construction (env, network and replay build included); "
                 "*startup* (imports, `ray.init`) is separate. *env-steps/s overall* = env steps / wall-clock of the "
                 "whole run (acting, env, replay, learning); *sampling* = inside the sampling call only (FastDQN "
@@ -523,12 +524,12 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
                              + ("" if tr is None else f"; {name} did in {tr:.1f} s") + ")")
             elif tr is None:
                 lines.append(f"- {fast_name} speed-up in time-to-{target:g} vs {name}: > "
-                             f"{H.fmt_ratio(H.ratio(by_key[key]['budget_s'], tf))} ({name} did not reach {target:g} "
-                             f"in {by_key[key]['budget_s']:g} s; best {H.fmt_num(by_key[key]['best_return'], 0)})")
+                             f"{R.fmt_ratio(R.ratio(by_key[key]['budget_s'], tf))} ({name} did not reach {target:g} "
+                             f"in {by_key[key]['budget_s']:g} s; best {R.fmt_num(by_key[key]['best_return'], 0)})")
             else:
-                lines.append(f"- {fast_name} speed-up in time-to-{target:g} vs {name}: {H.fmt_ratio(H.ratio(tr, tf))} "
+                lines.append(f"- {fast_name} speed-up in time-to-{target:g} vs {name}: {R.fmt_ratio(R.ratio(tr, tf))} "
                              f"({tf:.1f} s vs {tr:.1f} s)")
-    score = {r["key"]: H._median(x.get("final_return") for x in r["runs"]) for r in ma_rows}
+    score = {r["key"]: R.median(x.get("final_return") for x in r["runs"]) for r in ma_rows}
     for fast_key, fast_name in (("fastdqn-ma", "FastDQN"), ("rainbow-ma", "Rainbow")):
         if fast_key not in score:
             continue
@@ -537,20 +538,20 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
                 continue
             a, b = score[fast_key], score[key]
             lines.append(f"- MinAtar score within {meta['minatar_budget']:g} s, {fast_name} vs {name}: "
-                         f"{H.fmt_num(a, 2)} vs {H.fmt_num(b, 2)}"
-                         + (f" ({H.fmt_ratio(H.ratio(a, b))})" if a is not None and b else ""))
+                         f"{R.fmt_num(a, 2)} vs {R.fmt_num(b, 2)}"
+                         + (f" ({R.fmt_ratio(R.ratio(a, b))})" if a is not None and b else ""))
             sa, sb = by_key[fast_key]["sps_overall"], by_key[key]["sps_overall"]
-            lines.append(f"  - env-steps/s overall, {fast_name} vs {name}: {H.fmt_sps(sa)} vs {H.fmt_sps(sb)} "
-                         f"({H.fmt_ratio(H.ratio(sa, sb))})")
+            lines.append(f"  - env-steps/s overall, {fast_name} vs {name}: {R.fmt_sps(sa)} vs {R.fmt_sps(sb)} "
+                         f"({R.fmt_ratio(R.ratio(sa, sb))})")
     if inf:
         by = {(x["env"], x["n"], x["mode"]): x["sps"] for x in inf}
         for e in dict.fromkeys(x["env"] for x in inf):
             ns = sorted({x["n"] for x in inf if x["env"] == e})
             big = ns[-1]
             lines.append(f"- {e}: batched inference vs one forward per env at N={big}: "
-                         f"{H.fmt_ratio(H.ratio(by.get((e, big, 'batched')), by.get((e, big, 'per_env'))))}; "
+                         f"{R.fmt_ratio(R.ratio(by.get((e, big, 'batched')), by.get((e, big, 'per_env'))))}; "
                          f"batched N={big} vs N=1: "
-                         f"{H.fmt_ratio(H.ratio(by.get((e, big, 'batched')), by.get((e, 1, 'batched'))))}")
+                         f"{R.fmt_ratio(R.ratio(by.get((e, big, 'batched')), by.get((e, 1, 'batched'))))}")
     if lines:
         out += ["## Ratios", ""] + lines + [""]
     notes = []
@@ -727,7 +728,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                     rec = H.run_one(spec, logdir, grace_s=60.0, verbose=False)
                     res = inference_results([rec])
                     print(f"  {a.label} [{rec['status']}] {len(res)} points in {rec['wall_total_s']:.0f} s "
-                          f"(other load {H.fmt_num(rec.get('foreign_cpu_cores'), 2)} cores)", flush=True)
+                          f"(other load {R.fmt_num(rec.get('foreign_cpu_cores'), 2)} cores)", flush=True)
                     if rec["status"] != "ok":
                         print(f"    see {rec['log']}", flush=True)
                     records.append(rec)

@@ -57,6 +57,7 @@ RESULTS = os.path.join(HERE, "results")
 sys.path.insert(0, HERE)
 sys.path.insert(1, REPO)   # this checkout's rllib_fast (and tests/) before an installed copy
 import _harness as H  # noqa: E402
+import _report as R  # noqa: E402
 
 # PPO settings of the throughput side by side, the same for FastPPO and the single
 # file so that only the implementation differs: horizon 16 at every N (the batch
@@ -598,7 +599,7 @@ def selected_parts(args) -> List[str]:
 # report
 # ---------------------------------------------------------------------------
 def _f(x: Any, nd: int = 1) -> str:
-    return H.fmt_num(x, nd)
+    return R.fmt_num(x, nd)
 
 
 def _arm_status(r: Dict[str, Any]) -> str:
@@ -606,10 +607,10 @@ def _arm_status(r: Dict[str, Any]) -> str:
 
 
 def _tput_table(rows: List[Dict[str, Any]]) -> List[str]:
-    return H.markdown_table(["env", "implementation", "N", "env-steps/s sampling", "env-steps/s whole iterations",
+    return R.markdown_table(["env", "implementation", "N", "env-steps/s sampling", "env-steps/s whole iterations",
                              "iterations timed", "status"],
-                            [[r["env"], r["impl"], r["num_envs"], H.fmt_sps(r.get("tput_sampling")),
-                              H.fmt_sps(r.get("tput_overall")), r.get("tput_iters"), _arm_status(r)]
+                            [[r["env"], r["impl"], r["num_envs"], R.fmt_sps(r.get("tput_sampling")),
+                              R.fmt_sps(r.get("tput_overall")), r.get("tput_iters"), _arm_status(r)]
                              for r in rows]).splitlines()
 
 
@@ -633,10 +634,10 @@ def build_report(payload: Dict[str, Any]) -> str:
             continue
         out += [f"## {name}", ""]
         if name == "cuda_tests":
-            out += H.markdown_table(["test", "outcome", "message"],
+            out += R.markdown_table(["test", "outcome", "message"],
                                     [[c["test"], c["outcome"], c["message"]] for c in d["cases"]]).splitlines()
         elif name == "smoke":
-            out += H.markdown_table(["algorithm", "env", "device", "status", "s", "error"],
+            out += R.markdown_table(["algorithm", "env", "device", "status", "s", "error"],
                                     [[r["algorithm"], r.get("env", ""), r.get("device", ""), r["status"],
                                       _f(r.get("seconds")), r.get("error", "")] for r in d["rows"]]).splitlines()
         elif name == "throughput":
@@ -648,9 +649,9 @@ def build_report(payload: Dict[str, Any]) -> str:
             for r in d["rows"]:
                 if r["env"] == "CartPole":
                     pairs.setdefault(r["num_envs"], {})[r["impl"]] = r.get("tput_overall")
-            ratio = [[n, H.fmt_ratio(H.ratio(v.get("FastPPO"), v.get("single file")))] for n, v in sorted(pairs.items())]
+            ratio = [[n, R.fmt_ratio(R.ratio(v.get("FastPPO"), v.get("single file")))] for n, v in sorted(pairs.items())]
             out += ["", "FastPPO / single file, whole iterations, CartPole:", ""]
-            out += H.markdown_table(["N", "ratio"], ratio).splitlines()
+            out += R.markdown_table(["N", "ratio"], ratio).splitlines()
         elif name in ("learn", "pql"):
             rows = []
             for r in d["rows"]:
@@ -658,33 +659,33 @@ def build_report(payload: Dict[str, Any]) -> str:
                 lp = r.get("last_point") or {}
                 rows.append([r["label"], f"{r.get('target', PENDULUM_TARGET):g}",
                              _f(reached["t"]) if reached else "not reached",
-                             H.fmt_steps(reached["steps"]) if reached else "–", _f(r.get("best_return")),
-                             _f(r.get("final_t")), H.fmt_sps(r.get("sps_overall")),
+                             R.fmt_steps(reached["steps"]) if reached else "–", _f(r.get("best_return")),
+                             _f(r.get("final_t")), R.fmt_sps(r.get("sps_overall")),
                              _f(lp.get("beta_av_achieved"), 3), _f(lp.get("beta_pv_achieved"), 3), _arm_status(r)])
             if name == "pql":
                 out += [d.get("layout", ""), ""]
-            out += H.markdown_table(["arm", "target", "time to target (s)", "env steps at target", "best return",
+            out += R.markdown_table(["arm", "target", "time to target (s)", "env steps at target", "best return",
                                      "ran (s)", "env-steps/s", "beta a:v", "beta p:v", "status"], rows).splitlines()
         elif name == "population":
             base = (d["rows"].get("1") or {}).get("update_ms")
             rows = []
             for k, r in d["rows"].items():
                 per = (base * int(k) / r["update_ms"]) if base and r.get("update_ms") else None
-                rows.append([k, _f(r.get("update_ms"), 2), H.fmt_ratio(per), _f(r.get("budget_s"), 2),
+                rows.append([k, _f(r.get("update_ms"), 2), R.fmt_ratio(per), _f(r.get("budget_s"), 2),
                              _f(r.get("peak_cuda_mb"), 0), r.get("error", "")])
             out.append(f"hidden {d['hidden']}, batch {d['batch']}; speed-up = K x (one member's update) / "
                        "(K members' update).")
             out.append("")
-            out += H.markdown_table(["K", "update ms", "speed-up vs K x 1", "budget s", "peak CUDA MB", "error"],
+            out += R.markdown_table(["K", "update ms", "speed-up vs K x 1", "budget s", "peak CUDA MB", "error"],
                                     rows).splitlines()
         elif name == "hts":
             out.append(f"simulated step time {d['mean_step_ms']} ms mean, {d['variance']}, "
                        f"{d['executors']} executors.")
             out.append("")
-            out += H.markdown_table(["alpha", "HTS env-steps/s", "sync env-steps/s", "HTS / sync", "learner idle",
+            out += R.markdown_table(["alpha", "HTS env-steps/s", "sync env-steps/s", "HTS / sync", "learner idle",
                                      "executor idle"],
-                                    [[r["alpha"], H.fmt_sps(r["hts_sps"]), H.fmt_sps(r["sync_sps"]),
-                                      H.fmt_ratio(r["speedup"]), _f(r.get("learner_idle"), 2),
+                                    [[r["alpha"], R.fmt_sps(r["hts_sps"]), R.fmt_sps(r["sync_sps"]),
+                                      R.fmt_ratio(r["speedup"]), _f(r.get("learner_idle"), 2),
                                       _f(r.get("executor_idle"), 2)] for r in d["rows"]]).splitlines()
         elif name == "mjlab":
             if "skipped" in d:
@@ -694,8 +695,8 @@ def build_report(payload: Dict[str, Any]) -> str:
             elif d and all(isinstance(v, dict) and "env_steps_per_s" in v for v in d.values()):
                 out += [f"{MJLAB_TASK}, N = {payload.get('sizes', {}).get('mjlab_n')} (benchmarks/mjlab.py gpu_kit)",
                         ""]
-                out += H.markdown_table(["arm", "env-steps/s", "status"],
-                                        [[k, H.fmt_sps(v["env_steps_per_s"]), v.get("status")]
+                out += R.markdown_table(["arm", "env-steps/s", "status"],
+                                        [[k, R.fmt_sps(v["env_steps_per_s"]), v.get("status")]
                                          for k, v in d.items()]).splitlines()
             else:
                 out.append("```")

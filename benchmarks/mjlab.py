@@ -67,6 +67,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 import _harness as H  # noqa: E402
+import _report as R  # noqa: E402
 
 # -- un-shadow the mjlab package (see the module docstring) ------------------------------
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != HERE]
@@ -382,8 +383,8 @@ def all_arms(go1_envs: int = 0) -> List[H.Arm]:
 # report (parent side)
 # ---------------------------------------------------------------------------------------
 def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
-    rows = H.aggregate_learn(records)
-    tp = H.aggregate_throughput(records)
+    rows = R.aggregate_learn(records)
+    tp = R.aggregate_throughput(records)
     raw = tp.get("raw", {})
     lines = [f"# mjlab: rsl_rl vs FastPPO vs PQL on {TASK} (target mean return {meta['target']:g} of 50)", "",
              f"{meta['date']}, {meta['machine']}, {meta['threads']} torch thread(s) per arm, seeds {meta['seeds']}, "
@@ -393,7 +394,7 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     if meta.get("under_load"):
         lines += [f"**Taken under load** ({meta['under_load']}): absolute times and throughputs are lower "
                   "bounds; compare arms only within this file.", ""]
-    lines += ["## Learning", "", H.learn_table(rows), ""]
+    lines += ["## Learning", "", R.learn_table(rows), ""]
     busy = tp.get("raw busy", {})
 
     def share(x, ceiling):
@@ -405,8 +406,8 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         ceiling = (raw.get(n) or {}).get("tput_overall")
         ceiling_busy = (busy.get(n) or {}).get("tput_overall")
         if (ceiling or ceiling_busy) and r.get("sps_overall"):
-            over.append([r["label"], r["num_envs"], H.fmt_sps(r["sps_overall"]), H.fmt_sps(r.get("sps_sampling")),
-                         H.fmt_sps(ceiling), share(r["sps_overall"], ceiling), H.fmt_sps(ceiling_busy),
+            over.append([r["label"], r["num_envs"], R.fmt_sps(r["sps_overall"]), R.fmt_sps(r.get("sps_sampling")),
+                         R.fmt_sps(ceiling), share(r["sps_overall"], ceiling), R.fmt_sps(ceiling_busy),
                          share(r["sps_overall"], ceiling_busy), share(r.get("sps_sampling"), ceiling_busy)])
     if over:
         lines += ["## Overhead over the raw simulator (same N)", "",
@@ -417,13 +418,13 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
                   "only its env.step calls, FastPPO's its whole rollout (policy included), so a negative share "
                   "for rsl_rl means its env steps ran faster than the raw busy window (random actions differ). "
                   "PBT's rate is summed over its 4 trials on both cores.", "",
-                  H.markdown_table(["arm", "N", "env-steps/s overall", "env-steps/s sampling", "raw",
+                  R.markdown_table(["arm", "N", "env-steps/s overall", "env-steps/s sampling", "raw",
                                     "overall vs raw", "raw busy", "overall vs raw busy",
                                     "sampling vs raw busy"], over), ""]
     lines += _goals(rows, raw, busy)
     if tp:
         ns = sorted({n for by_n in tp.values() for n in by_n})
-        lines += ["## Throughput (env-steps/s)", "", H.throughput_table(tp, ns), ""]
+        lines += ["## Throughput (env-steps/s)", "", R.throughput_table(tp, ns), ""]
     return "\n".join(lines)
 
 
@@ -460,10 +461,10 @@ def _goals(rows: List[Dict[str, Any]], raw: Dict[int, Any], busy: Dict[int, Any]
             c = (ceil.get(n) or {}).get("tput_overall")
             if c:
                 gap = 1.0 - top["sps_overall"] / c
-                parts.append(f"{100 * gap:.0f}% below {name} ({H.fmt_sps(c)}): "
+                parts.append(f"{100 * gap:.0f}% below {name} ({R.fmt_sps(c)}): "
                              f"**{'met' if gap <= 0.10 else 'not met'}**")
         if parts:
-            out.append(f"- N={n}: FastPPO's best overall rate {H.fmt_sps(top['sps_overall'])} ({top['label']}); "
+            out.append(f"- N={n}: FastPPO's best overall rate {R.fmt_sps(top['sps_overall'])} ({top['label']}); "
                        + "; ".join(parts) + " (goal: within 10%).")
     return out + [""]
 

@@ -40,6 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness as H  # noqa: E402
+import _report as R  # noqa: E402
 
 NAME = "ppo_cartpole"
 TARGET = 475.0
@@ -339,9 +340,9 @@ def all_arms() -> List[H.Arm]:
 # ---------------------------------------------------------------------------
 def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     target = meta["target"]
-    rows = H.aggregate_learn(records)
+    rows = R.aggregate_learn(records)
     by_key = {r["key"]: r for r in rows}
-    tp = H.aggregate_throughput(records)
+    tp = R.aggregate_throughput(records)
     ns = sorted({n for by in tp.values() for n in by})
     out = [f"# PPO on CartPole: time to mean return {target:g}", "",
            f"{meta['date']} · {meta['machine']} · torch threads per arm: {meta['threads']} · "
@@ -351,7 +352,7 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
            + (f" (arms re-run on {meta['updated']}: {meta['update_min']:.1f} min)" if meta.get("updated") else ""),
            ""]
     if rows:
-        out += ["## Learning (each library with its own CartPole settings)", "", H.learn_table(rows), ""]
+        out += ["## Learning (each library with its own CartPole settings)", "", R.learn_table(rows), ""]
         out += ["*Return* = mean over the last 100 finished episodes, computed the same way for every arm. "
                 "*Time to target* counts from algorithm construction (env and module build, FastPPO's start-state "
                 "decorrelation included); *startup* (imports, `ray.init`) is separate. "
@@ -364,7 +365,7 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
                 "its children (Ray's gcs/raylet/workers for RLlib arms). Median over seeds; [min–max] when >1 seed.", ""]
     if tp:
         out += ["## Throughput (matched settings: T=32/16/8 at N=64/1024/4096, 4 epochs x 4 minibatches, "
-                "64-64 tanh)", "", H.throughput_table(tp, ns), "",
+                "64-64 tanh)", "", R.throughput_table(tp, ns), "",
                 "env-steps/s of whole `train()` iterations after one warm-up iteration / of sampling alone / "
                 "env steps per CPU-second of the arm's process (contention-robust). `*`: other processes used "
                 "> 0.25 cores during the measurement.", ""]
@@ -378,9 +379,9 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
 
     def both(num_key, den_key):
         """'wall ratio (CPU-s ratio)' of time-to-target, num / den."""
-        w = H.ratio(t_of(num_key), t_of(den_key))
-        c = H.ratio(t_of(num_key, "cpu_reach"), t_of(den_key, "cpu_reach"))
-        return w, c, f"{H.fmt_ratio(w)} wall-clock ({H.fmt_ratio(c)} in CPU-s)"
+        w = R.ratio(t_of(num_key), t_of(den_key))
+        c = R.ratio(t_of(num_key, "cpu_reach"), t_of(den_key, "cpu_reach"))
+        return w, c, f"{R.fmt_ratio(w)} wall-clock ({R.fmt_ratio(c)} in CPU-s)"
 
     fast = {n: t_of(f"fastppo-{n}") for n in (64, 1024, 4096)}
     fast_best_n = min((n for n in fast if fast[n] is not None), key=lambda n: fast[n], default=None)
@@ -393,7 +394,7 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         if fast.get(64) is not None:
             lines.append(f"- FastPPO N=64 speed-up in time-to-{target:g} vs {name}: "
                          + (both(key, "fastppo-64")[2] if tr is not None
-                            else f"> {H.fmt_ratio(H.ratio(by_key[key]['budget_s'], fast[64]))} "
+                            else f"> {R.fmt_ratio(R.ratio(by_key[key]['budget_s'], fast[64]))} "
                                  f"({name} did not reach {target:g})"))
         if fast_best_n not in (None, 64) and tr is not None:
             lines.append(f"- FastPPO best N (N={fast_best_n}) speed-up vs {name}: "
@@ -409,8 +410,8 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
             a, b = fam_fast.get(n), tp.get(fam, {}).get(n)
             if a and b and a.get("tput_overall") and b.get("tput_overall"):
                 lines.append(f"- env-steps/s ratio at N={n}, FastPPO vs {fam}: "
-                             f"{H.fmt_ratio(H.ratio(a['tput_overall'], b['tput_overall']))} overall, "
-                             f"{H.fmt_ratio(H.ratio(a.get('tput_sampling'), b.get('tput_sampling')))} sampling")
+                             f"{R.fmt_ratio(R.ratio(a['tput_overall'], b['tput_overall']))} overall, "
+                             f"{R.fmt_ratio(R.ratio(a.get('tput_sampling'), b.get('tput_sampling')))} sampling")
     if lines:
         out += ["## Ratios", ""] + lines + [""]
     notes = []
@@ -486,7 +487,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     md_path, png_path = os.path.join(out_dir, NAME + ".md"), os.path.join(out_dir, NAME + ".png")
     with open(md_path, "w") as f:
         f.write(md + f"\n![curves and throughput]({NAME}.png)\n")
-    H.plot(records, png_path, target=meta["target"],
+    R.plot(records, png_path, target=meta["target"],
            title=f"PPO on CartPole ({meta['machine']}, {meta['threads']} torch thread per arm)")
     if not args.replot or args.update:
         H.save_json(os.path.join(out_dir, NAME + ".json"), dict(meta=meta, records=records))

@@ -52,6 +52,7 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness as H  # noqa: E402
+import _report as R  # noqa: E402
 
 NAME = "pql"
 TARGET = -200.0
@@ -316,7 +317,7 @@ def _verdict(rows) -> str:
 def _returns_by_time(records, checkpoints) -> str:
     """Best greedy return reached by each wall-clock checkpoint (medians over seeds)."""
     body = []
-    for row in H.aggregate_learn(records):
+    for row in R.aggregate_learn(records):
         cells = []
         for c in checkpoints:
             vals = []
@@ -327,8 +328,8 @@ def _returns_by_time(records, checkpoints) -> str:
             vals = [v for v in vals if v is not None]
             cells.append(f"{sorted(vals)[len(vals) // 2]:,.0f}" if vals else "–")
         steps = max((p["steps"] for r in row["runs"] for p in r["points"]), default=0)
-        body.append([row["label"]] + cells + [H.fmt_steps(steps)])
-    return H.markdown_table(["arm"] + [f"by {c:g} s" for c in checkpoints] + ["env steps in the cap"], body)
+        body.append([row["label"]] + cells + [R.fmt_steps(steps)])
+    return R.markdown_table(["arm"] + [f"by {c:g} s" for c in checkpoints] + ["env steps in the cap"], body)
 
 
 def build_report(records, meta) -> str:
@@ -345,11 +346,11 @@ def build_report(records, meta) -> str:
     if meta.get("updated"):
         lines += [f"Updated {meta['updated']}.", ""]
     if pend:
-        rows = H.aggregate_learn(pend)
+        rows = R.aggregate_learn(pend)
         lines += [f"## Pendulum (>= {meta['target']:g}, {EVAL_EPISODES} evaluation episodes every "
-                  f"{REPORT_EVERY_S:g} s, {meta['budget']:g} s cap)", "", H.learn_table(rows), "", _verdict(rows), "",
+                  f"{REPORT_EVERY_S:g} s, {meta['budget']:g} s cap)", "", R.learn_table(rows), "", _verdict(rows), "",
                   "### Achieved speed ratios of PQL (per reported iteration, after warm-up)", "",
-                  H.markdown_table(["arm", "seed", "critic updates / env step", "critic / policy updates",
+                  R.markdown_table(["arm", "seed", "critic updates / env step", "critic / policy updates",
                                     "Actor wait fraction", "V-learner wait fraction"], _beta_rows(pend)), "",
                   "On 2 CPU cores the Actor, V-learner and P-learner share the cores. With threads every torch "
                   "call holds the GIL for its Python dispatch, and with these small networks dispatch is most of "
@@ -360,14 +361,14 @@ def build_report(records, meta) -> str:
                   "asynchronously and release the GIL, the setting the paper's speed-ups come from.", "",
                   f"![Pendulum curves]({NAME}.png)", ""]
     if muj:
-        rows = H.aggregate_learn(muj)
+        rows = R.aggregate_learn(muj)
         cap = meta.get("mujoco_budget", rows[0]["budget_s"])
         lines += [f"## HalfCheetah-v5 (>= {MUJOCO_TARGET:g}, {MUJOCO_EVAL_EPISODES} evaluation episodes every "
-                  f"{MUJOCO_REPORT_EVERY_S:g} s, {cap:g} s cap)", "", H.learn_table(rows), "",
+                  f"{MUJOCO_REPORT_EVERY_S:g} s, {cap:g} s cap)", "", R.learn_table(rows), "",
                   "Best greedy return reached by each wall-clock time:", "",
                   _returns_by_time(muj, [c for c in (60, 120, 240, cap) if c <= cap]), "", _verdict(rows), "",
                   "### Achieved speed ratios of PQL on HalfCheetah", "",
-                  H.markdown_table(["arm", "seed", "critic updates / env step", "critic / policy updates",
+                  R.markdown_table(["arm", "seed", "critic updates / env step", "critic / policy updates",
                                     "Actor wait fraction", "V-learner wait fraction"], _beta_rows(muj)), "",
                   f"![HalfCheetah curves]({NAME}_mujoco.png)", ""]
     return "\n".join(lines)

@@ -61,6 +61,7 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness as H  # noqa: E402
+import _report as R  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 T_CHUNK = 32
@@ -273,8 +274,8 @@ def section(suite: Dict[str, Any], rows: List[Dict[str, Any]], micro_rows: Dict[
         r = by.get((m, k))
         if r is None:
             return "–"
-        flag = " \\*" if r["other_load"] > H.FOREIGN_FLAG else ""
-        return f"{H.fmt_sps(r['sps'])}{flag}"
+        flag = " \\*" if r["other_load"] > R.FOREIGN_FLAG else ""
+        return f"{R.fmt_sps(r['sps'])}{flag}"
 
     headers = ["k (N=2k)"] + [LABEL[m] for m in modes]
     ratios = [(n, d) for n, d in (("alternating", "parallel"), ("parallel", "serial"), ("alternating", "serial"))
@@ -287,32 +288,32 @@ def section(suite: Dict[str, Any], rows: List[Dict[str, Any]], micro_rows: Dict[
         row: List[Any] = [k] + [cell(m, k) for m in modes]
         for n, d in ratios:
             a, b = by.get((n, k)), by.get((d, k))
-            row.append(H.fmt_ratio(H.ratio(a and a["sps"], b and b["sps"])))
+            row.append(R.fmt_ratio(R.ratio(a and a["sps"], b and b["sps"])))
         if micro_rows:
             mr = micro_rows.get(k, {})
-            row += [H.fmt_num(mr.get("sim_k"), 3), H.fmt_num(mr.get("inf_k"), 3), H.fmt_num(mr.get("inf_2k"), 3)]
+            row += [R.fmt_num(mr.get("sim_k"), 3), R.fmt_num(mr.get("inf_k"), 3), R.fmt_num(mr.get("inf_2k"), 3)]
         body.append(row)
     pl_rows = []
     for m in modes:
         pl = plateau(rows, m)
         if pl:
             gain = "–" if pl["gain"] is None else f"{100 * pl['gain']:+.0f} %"
-            pl_rows.append([LABEL[m], H.fmt_sps(pl["best"]["sps"]), pl["best"]["k"], pl["first90"]["k"],
+            pl_rows.append([LABEL[m], R.fmt_sps(pl["best"]["sps"]), pl["best"]["k"], pl["first90"]["k"],
                             gain + (" (still rising)" if pl["rising"] else ""),
-                            H.fmt_num(pl["best"]["step_ms"], 3), H.fmt_num(pl["best"]["own_cores"], 2)])
+                            R.fmt_num(pl["best"]["step_ms"], 3), R.fmt_num(pl["best"]["own_cores"], 2)])
     lines = [f"## `{suite['env']}`, {suite['policy']} policy", "",
              f"Policy: {POLICY_DESC[suite['policy']]}.", "",
-             H.markdown_table(headers, body), "",
-             H.markdown_table(["sampler", "plateau samples/s (max over k)", "at k", "first k >= 90 % of max",
+             R.markdown_table(headers, body), "",
+             R.markdown_table(["sampler", "plateau samples/s (max over k)", "at k", "first k >= 90 % of max",
                                "gain over the k before", "ms per step there", "cores used there"], pl_rows), ""]
     pa, pp, ps = plateau(rows, "alternating"), plateau(rows, "parallel"), plateau(rows, "serial")
     facts = []
     if pa and pp:
-        facts.append(f"alternating / parallel at the plateau: **{H.fmt_ratio(H.ratio(pa['best']['sps'], pp['best']['sps']))}**")
+        facts.append(f"alternating / parallel at the plateau: **{R.fmt_ratio(R.ratio(pa['best']['sps'], pp['best']['sps']))}**")
     if pp and ps:
-        facts.append(f"parallel / serial: {H.fmt_ratio(H.ratio(pp['best']['sps'], ps['best']['sps']))}")
+        facts.append(f"parallel / serial: {R.fmt_ratio(R.ratio(pp['best']['sps'], ps['best']['sps']))}")
     if pa and ps:
-        facts.append(f"alternating / serial: {H.fmt_ratio(H.ratio(pa['best']['sps'], ps['best']['sps']))}")
+        facts.append(f"alternating / serial: {R.fmt_ratio(R.ratio(pa['best']['sps'], ps['best']['sps']))}")
     pn = plateau(rows, "parallel-noinf")
     if pn and pa:
         facts.append(f"alternating reaches {100 * pa['best']['sps'] / pn['best']['sps']:.0f} % of the "
@@ -340,7 +341,7 @@ def report(sections: List[str], all_rows: List[Dict[str, Any]], args: Any, meta:
              "parallel and alternating all step `N = 2k` envs (alternating 2x2: `N = 4k`). "
              "`sim(k)`: one source stepping k envs in one process, ms per step; `inf(n)`: one policy "
              "forward (+ argmax/exploration) on n observations, ms. `*` = other processes used more than "
-             f"{H.FOREIGN_FLAG} cores during that arm.", "",
+             f"{R.FOREIGN_FLAG} cores during that arm.", "",
              "Model of one step of all N envs: serial `sim(2k) + inf(2k)`; parallel (one barrier) "
              "`sim(k) + inf(2k)` + IPC; alternating (2 groups) about `max(sim(k) + inf(k), 2 inf(k))` + "
              "IPC. Parallel pays off when the simulation it splits is a large part of the step; "
@@ -351,7 +352,7 @@ def report(sections: List[str], all_rows: List[Dict[str, Any]], args: Any, meta:
              "unpinned, so one simulator plus the inferring main process keep the 2 cores busy. Workers are "
              "forked from a forkserver (start-up is not timed).", ""]
     lines += sections
-    lines += ["## Arms (raw)", "", H.markdown_table(
+    lines += ["## Arms (raw)", "", R.markdown_table(
         ["suite", "sampler", "k", "N", "samples/s", "ms per step", "cores used (own)", "other load (cores)"],
         [[f"{r['env']} / {r['policy']}", LABEL[r["mode"]], r["k"], r["N"], f"{r['sps']:.0f}",
           f"{r['step_ms']:.3f}", f"{r['own_cores']:.2f}", f"{r['other_load']:.2f}"] for r in all_rows]), ""]

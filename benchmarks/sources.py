@@ -43,6 +43,7 @@ from typing import Any, Dict, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import _harness as H  # noqa: E402
+import _report as R  # noqa: E402
 
 NAME = "sources"
 HERE_MOD = "sources"
@@ -242,7 +243,7 @@ def learn_arms() -> List[H.Arm]:
 # report
 # ---------------------------------------------------------------------------
 def overhead_table(rows: List[Dict[str, Any]]) -> str:
-    return H.markdown_table(
+    return R.markdown_table(
         ["source", "N", "raw env-steps/s", "through the contract", "overhead", "added per step", "note"],
         [[r["source"], r["num_envs"], f"{r['raw_sps']:,.0f}", f"{r['adapter_sps']:,.0f}",
           f"{r['overhead_pct']:.1f}%", f"{r['added_us']:.0f} µs", r["note"]] for r in rows])
@@ -269,11 +270,11 @@ def build_report(meta: Dict[str, Any], rows: List[Dict[str, Any]], records: List
                 "per step (tens of µs of kernel launches on a GPU) are well under 5% of that. Not measured "
                 "here: no GPU and no Isaac Gym on this machine.", ""]
     if records:
-        agg = H.aggregate_learn(records)
+        agg = R.aggregate_learn(records)
         out += [f"## Wall-clock to a return of {meta['target']:g} on HalfCheetah-v5 "
                 f"(budget {meta['budget']:g} s per arm, seeds {meta['seeds']})",
                 "Same PPO hyperparameters for all three (see the script docstring); time counts from "
-                "building the algorithm.\n", H.learn_table(agg), ""]
+                "building the algorithm.\n", R.learn_table(agg), ""]
     return "\n".join(out)
 
 
