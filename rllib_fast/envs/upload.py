@@ -107,20 +107,35 @@ class PackedUploader:
 
 
 class StepUploader:
-    """``obs(obs)`` / ``step(obs, final_obs, reward, terminated, truncated, valid)``
-    over a :class:`PackedUploader`: the numpy results of a host vector env
-    (gymnasium, envpool) become one step of device tensors with one copy.
+    """``obs(obs)`` / ``step(obs, final_obs, reward, terminated, truncated, valid)``:
+    the numpy results of a host vector env (gymnasium, envpool) as one step of
+    device tensors.
 
-    The arrays are copied into the staging buffer (cast to the observation
-    dtype), so a source that reuses its own buffers can never alias a returned
-    step. ``final_obs`` is transferred only when it is a different array from
-    ``obs`` (some env ended); otherwise the step's ``final_obs`` is its ``obs``.
+    Off the CPU (``packed``, the default there) the step goes through a
+    :class:`PackedUploader`: one copy. On a CPU device each array becomes a
+    tensor over a fresh owned copy instead (``torch.from_numpy``): packing would
+    add a copy and a dozen tensor views per step for nothing to save (measured on
+    gymnasium CartPole at N=64: 820k vs 550k env-steps/s through the bridge).
+    Either way arrays are copied, so a source that reuses its buffers can never
+    alias a returned step; ``final_obs`` is transferred only when it is a
+    different array from ``obs`` (some env ended), otherwise it *is* ``obs``.
+    ``packed=True`` on a CPU device exists to test the staging layout.
     """
 
-    def __init__(self, num_envs: int, obs_shape: Sequence[int], device: Any, obs_dtype: Any = np.float32):
-        self.pk = PackedUploader(num_envs, obs_shape, device, n_f32=1, n_bool=3, obs_dtype=obs_dtype)
+    def __init__(self, num_envs: int, obs_shape: Sequence[int], device: Any, obs_dtype: Any = np.float32,
+                 packed: Optional[bool] = None):
+        self.device = torch.device(device)
+        self.obs_dtype = np.dtype(obs_dtype)
+        self.packed = self.device.type != "cpu" if packed is None else bool(packed)
+        self.pk = (PackedUploader(num_envs, obs_shape, self.device, n_f32=1, n_bool=3, obs_dtype=obs_dtype)
+                   if self.packed else None)
+
+    def _owned(self, x: Any, dtype: Any) -> torch.Tensor:
+        return torch.from_numpy(np.array(x, dtype=dtype, copy=True, order="C"))
 
     def obs(self, obs: np.ndarray) -> torch.Tensor:
+        if not self.packed:
+            return self._owned(obs, self.obs_dtype)
         self.pk.wait()
         self.pk.obs[...] = np.asarray(obs).reshape(self.pk.obs.shape)
         return self.pk.send_obs()
@@ -128,13 +143,18 @@ class StepUploader:
     def step(self, obs, final_obs, reward, terminated, truncated,
              valid) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                              Optional[torch.Tensor]]:
+        with_final = final_obs is not obs
+        if not self.packed:
+            o = self._owned(obs, self.obs_dtype)
+            return (o, self._owned(final_obs, self.obs_dtype) if with_final else o,
+                    self._owned(reward, np.float32), self._owned(terminated, np.bool_),
+                    self._owned(truncated, np.bool_), None if valid is None else self._owned(valid, np.bool_))
         pk = self.pk
         pk.wait()
         pk.f32[0] = reward
         pk.bools[0], pk.bools[1] = terminated, truncated
         pk.bools[2] = True if valid is None else valid
         pk.obs[...] = np.asarray(obs).reshape(pk.obs.shape)
-        with_final = final_obs is not obs
         if with_final:
             pk.final[...] = np.asarray(final_obs).reshape(pk.final.shape)
         f32, bools, o, fo = pk.send(with_final)

@@ -306,8 +306,9 @@ def test_gym_prefix_make():
                  autoreset_mode="same_step")
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8])
-def test_packed_step_upload_matches_the_arrays(dtype):
+def test_packed_step_upload_matches_the_arrays(dtype, packed):
     """One staging buffer carries a whole step (rewards, flags, obs, final obs) in one
     copy; with an odd env count the obs block needs padding to stay aligned."""
     from rllib_fast.envs.upload import StepUploader
@@ -318,7 +319,7 @@ def test_packed_step_upload_matches_the_arrays(dtype):
     final = obs[::-1].copy()
     rew = rng.normal(size=n)
     term, trunc, valid = np.array([1, 0, 0], bool), np.array([0, 1, 0], bool), np.array([1, 1, 0], bool)
-    up = StepUploader(n, shape, torch.device("cpu"), obs_dtype=dtype)
+    up = StepUploader(n, shape, torch.device("cpu"), obs_dtype=dtype, packed=packed)
     tdt = torch.float32 if dtype == np.float32 else torch.uint8
     for v in (valid, None):
         o, fo, r, te, tr, vv = up.step(obs, final, rew, term, trunc, v)
