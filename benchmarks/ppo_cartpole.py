@@ -129,12 +129,15 @@ def _rllib_on_episode_end(*, episode, prev_episode_chunks=None, **kwargs) -> Non
 # RLlib PPO settings for the learn arms: (training hyperparameters, model config).
 # "example" is RLlib's own tuned example rllib/tuned_examples/ppo/cartpole_ppo.py
 # (new API stack). "tuned" is the best of the sweep below (arms `rllib-sweep-*`,
-# gymnasium's native vectorised CartPole-v1 at N=64), picked by median time to
-# 475 over seeds; the sweep's table is in results/ppo_cartpole.md.
+# gymnasium's native vectorised CartPole-v1 at N=64): all 15 with seed 0 (60 s
+# cap), the three fastest again with seeds 1 and 2; b4096-m1024-e8-lr1e-3-tanh64
+# reached 475 in all three (16.7 / 37.9 / 13.4 s), b2048-m512-e10-tanh64 and the
+# SB3-zoo translation zoo-b1024 did not (1/3, 2/3). The table is in
+# results/ppo_cartpole.md.
 RLLIB_PRESETS: Dict[str, Tuple[Dict[str, Any], Dict[str, Any]]] = {
     "example": (dict(lr=3e-4, num_epochs=6, vf_loss_coeff=0.01, train_batch_size_per_learner=4000, minibatch_size=128),
                 dict(fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)),
-    "tuned": (dict(lr=3e-4, num_epochs=6, vf_loss_coeff=0.5, train_batch_size_per_learner=2048, minibatch_size=512),
+    "tuned": (dict(lr=1e-3, num_epochs=8, vf_loss_coeff=0.5, train_batch_size_per_learner=4096, minibatch_size=1024),
               dict(fcnet_hiddens=[64, 64], fcnet_activation="tanh", vf_share_layers=False)),
 }
 # The small sweep behind "tuned": batch per iteration (T*N at N=64), minibatch,
@@ -162,6 +165,28 @@ RLLIB_SWEEP: Dict[str, Dict[str, Any]] = {
                               model=_TANH64),
     "b4096-m1024-e8-lr1e-3-tanh64": dict(hp=dict(train_batch_size_per_learner=4096, minibatch_size=1024, num_epochs=8,
                                                  lr=1e-3, vf_loss_coeff=0.5), model=_TANH64),
+    # round 3: rounds 1-2 kept RLlib's GAE lambda of 1.0 (Monte-Carlo advantages) and its KL penalty;
+    # the other arms here (FastPPO, single file, SB3) all use lambda < 1. Same model, lambda 0.95 ...
+    "b2048-m512-l95-tanh64": dict(hp=dict(train_batch_size_per_learner=2048, minibatch_size=512, vf_loss_coeff=0.5,
+                                          lambda_=0.95), model=_TANH64),
+    "b2048-m512-e10-lr1e-3-l95-tanh64": dict(hp=dict(train_batch_size_per_learner=2048, minibatch_size=512,
+                                                     num_epochs=10, lr=1e-3, vf_loss_coeff=0.5, lambda_=0.95),
+                                             model=_TANH64),
+    # ... FastPPO's default schedule in RLlib's terms (T=64 x 64 envs, 5 epochs x 4 minibatches, lr 1e-3;
+    # RLlib's KL penalty with target 0.01 instead of the KL-adaptive lr, which it does not have) ...
+    "b4096-m1024-e5-lr1e-3-l95-tanh64": dict(hp=dict(train_batch_size_per_learner=4096, minibatch_size=1024,
+                                                     num_epochs=5, lr=1e-3, vf_loss_coeff=0.5, lambda_=0.95,
+                                                     clip_param=0.2, kl_target=0.01), model=_TANH64),
+    # ... and the SB3 zoo's CartPole settings (the sample-efficient arm here: 66k env steps) in RLlib's terms:
+    # gamma 0.98, lambda 0.8, 20 epochs, minibatch 256, lr 1e-3, clip 0.2, no KL penalty.
+    "zoo-b2048-m256-e20-lr1e-3-tanh64": dict(hp=dict(train_batch_size_per_learner=2048, minibatch_size=256,
+                                                     num_epochs=20, lr=1e-3, vf_loss_coeff=0.5, gamma=0.98,
+                                                     lambda_=0.8, clip_param=0.2, use_kl_loss=False),
+                                             model=_TANH64),
+    "zoo-b1024-m256-e10-lr1e-3-tanh64": dict(hp=dict(train_batch_size_per_learner=1024, minibatch_size=256,
+                                                     num_epochs=10, lr=1e-3, vf_loss_coeff=0.5, gamma=0.98,
+                                                     lambda_=0.8, clip_param=0.2, use_kl_loss=False),
+                                             model=_TANH64),
 }
 
 
@@ -253,6 +278,17 @@ def arm_sb3_ppo(ctx: H.ArmContext, num_envs: int, preset: str = "zoo") -> None:
     venv.close()
 
 
+def single_file_like_fastppo_defaults() -> Dict[str, Any]:
+    """The single file's knobs set to FastPPO's defaults (horizon, epochs, minibatches, lr
+    and its adaptive-KL rule), read in the parent from FastPPOConfig so the two never
+    drift apart; what the single file lacks (value clipping, value normalisation) stays off."""
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+
+    c = FastPPOConfig()
+    return dict(num_steps=c.rollout_length, epochs=c.num_epochs, minibatches=c.num_minibatches, lr=c.lr,
+                kl_target=c.adaptive_lr_kl_target or 0.0)
+
+
 def arm_single_file(ctx: H.ArmContext, num_envs: int, preset: str = "learn", **overrides: Any) -> None:
     import single_file_ppo as sf
 
@@ -260,10 +296,12 @@ def arm_single_file(ctx: H.ArmContext, num_envs: int, preset: str = "learn", **o
     hp = dict(num_steps=m["T"], epochs=m["epochs"], minibatches=m["minibatches"], lr=m["lr"])
     source = "matched"
     if preset == "learn":
-        # the same horizon/epochs/minibatches/lr as the FastPPO learn arm at this N (where the
-        # single file has the knob; it has no adaptive-KL lr), so the comparison isolates the framework
+        # the same horizon/epochs/minibatches/lr/adaptive-KL rule as the FastPPO learn arm at this N
+        # (its explicit settings here; at N=64, FastPPO's defaults come in as overrides from the
+        # parent), so the comparison isolates the framework
         fk, fsrc = fastppo_kwargs(num_envs, "learn")
-        names = dict(rollout_length="num_steps", num_epochs="epochs", num_minibatches="minibatches", lr="lr")
+        names = dict(rollout_length="num_steps", num_epochs="epochs", num_minibatches="minibatches", lr="lr",
+                     adaptive_lr_kl_target="kl_target")
         hp.update({names[k]: v for k, v in fk.items() if k in names})
         source = f"FastPPO N={num_envs} learn settings ({fsrc})"
     hp.update(overrides)
@@ -299,7 +337,7 @@ def all_arms() -> List[H.Arm]:
         arms.append(H.Arm(f"fastppo-{n}", FAM_FAST, f"FastPPO N={n}", f"{HERE_MOD}:arm_fastppo",
                           dict(num_envs=n), num_envs=n))
     arms.append(H.Arm("single-64", FAM_SINGLE, "single-file PPO N=64", f"{HERE_MOD}:arm_single_file",
-                      dict(num_envs=64), num_envs=64))
+                      dict(num_envs=64, **single_file_like_fastppo_defaults()), num_envs=64))
     arms.append(H.Arm("rllib-bridge-64", FAM_RB, "RLlib PPO bridge N=64", f"{HERE_MOD}:arm_rllib_ppo",
                       dict(env="rllib-fast-gym:CartPole", num_envs=64), num_envs=64, needs_ray=True))
     arms.append(H.Arm("rllib-gym-64", FAM_RG, "RLlib PPO CartPole-v1 N=64 (tuned)", f"{HERE_MOD}:arm_rllib_ppo",
@@ -399,6 +437,17 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         if fast_best_n not in (None, 64) and tr is not None:
             lines.append(f"- FastPPO best N (N={fast_best_n}) speed-up vs {name}: "
                          + both(key, f"fastppo-{fast_best_n}")[2])
+    # the issue's goal: FastPPO with its defaults vs the best RLlib PPO configuration found (any RLlib
+    # arm, sweep included, that reached the target in every seed it ran; ties broken by more seeds)
+    rllib = [r for r in rows if r["family"] in (FAM_RB, FAM_RG, FAM_RG_SWEEP)
+             and r["n_runs"] and r["n_reached"] == r["n_runs"]]
+    if rllib and t_of("fastppo-defaults") is not None:
+        best = min(rllib, key=lambda r: (r["t_reach"], -r["n_runs"]))
+        w, c, txt = both(best["key"], "fastppo-defaults")
+        lines.append(f"- **Goal** (FastPPO defaults >= 3x faster to {target:g} than the best RLlib PPO found): best "
+                     f"RLlib configuration = {best['label']} ({best['n_runs']} seed(s), median "
+                     f"{best['t_reach']:.1f} s); FastPPO defaults median {t_of('fastppo-defaults'):.1f} s: {txt}: "
+                     + ("**met**" if w is not None and w >= 3.0 else "**NOT met**"))
     if fast.get(64) is not None and t_of("single-64") is not None:
         w, c, txt = both("fastppo-64", "single-64")
         verdict = lambda x: "met" if x is not None and x <= 1.3 else "NOT met"  # noqa: E731

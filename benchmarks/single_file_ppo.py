@@ -12,9 +12,12 @@ generalized advantage estimation (Schulman et al. 2016, Eq. 16):
             L = -E[min(rho A, clip(rho, 1-eps, 1+eps) A)] + c1 (V - R)^2 - c2 H[pi]
 
 Time-limit truncations bootstrap from the value of the true last observation
-(the env's ``final_obs``); terminations do not. Defaults match FastPPO's
-(T=32, 4 epochs x 4 minibatches, lr 3e-4, Adam eps 1e-5, grad-norm clip 0.5,
-separate 64-64 tanh actor and critic) so a comparison isolates the framework.
+(the env's ``final_obs``); terminations do not. Defaults are the benchmarks'
+matched throughput settings (T=32, 4 epochs x 4 minibatches, lr 3e-4, Adam eps
+1e-5, grad-norm clip 0.5, separate 64-64 tanh actor and critic);
+``--kl-target`` adds the KL-adaptive learning rate of FastPPO's defaults (and of
+rsl_rl / rl_games), so ``benchmarks/ppo_cartpole.py`` can run this file with
+FastPPO's default settings and a comparison isolates the framework.
 
 By default (this machine: 2 CPU cores, no GPU) it runs everything on the CPU
 with one torch thread; ``--device cuda`` puts env, networks and storage on the
@@ -65,6 +68,7 @@ class Args:
     total_steps: int = 10_000_000
     lr: float = 3e-4
     anneal_lr: bool = False
+    kl_target: float = 0.0         # > 0: adapt lr to keep each epoch's mean KL near it (rsl_rl / rl_games rule)
     gamma: float = 0.99
     gae_lambda: float = 0.95
     epochs: int = 4
@@ -215,10 +219,13 @@ def train(args: Args, callback: Optional[Callable[[dict], bool]] = None) -> dict
         # --- K epochs of minibatch updates of the clipped objective -------------
         for _ in range(args.epochs):
             perm = torch.randperm(batch, device=dev)
+            epoch_kl = torch.zeros((), device=dev)
             for i in range(args.minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
                 logp, entropy = agent.evaluate(obs_n[idx], b_act[idx])
-                ratio = torch.exp(logp - b_logp[idx])
+                log_ratio = logp - b_logp[idx]
+                ratio = torch.exp(log_ratio)
+                epoch_kl += ((ratio - 1) - log_ratio).mean().detach()
                 a = adv[idx]
                 if args.norm_adv:
                     a = (a - a.mean()) / (a.std() + 1e-8)
@@ -229,6 +236,12 @@ def train(args: Args, callback: Optional[Callable[[dict], bool]] = None) -> dict
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 opt.step()
+            if args.kl_target > 0:   # one host read per epoch
+                kl, g = float(epoch_kl) / args.minibatches, opt.param_groups[0]
+                if kl > 2.0 * args.kl_target:
+                    g["lr"] = max(1e-6, g["lr"] / 1.5)
+                elif kl < 0.5 * args.kl_target:
+                    g["lr"] = min(1e-2, g["lr"] * 1.5)
 
         wall = time.perf_counter() - t_start
         ret_mean = sum(recent) / len(recent) if recent else float("nan")
