@@ -90,7 +90,8 @@ def _finite(x: Any) -> Optional[float]:
 def _tuned() -> Dict[str, Dict[str, Any]]:
     from rllib_fast.presets import preset
 
-    return dict(dqn=preset("FastDQN", "CartPole"), rainbow=preset("Rainbow", "CartPole"))
+    # FastDQN's defaults are its CartPole settings (no preset); Rainbow's preset narrows the C51 support
+    return dict(dqn={}, rainbow=preset("Rainbow", "CartPole"))
 
 
 def _minatar_gym_env(game: str, obs_dtype: str):

@@ -81,9 +81,10 @@ class HTSPPOConfig(HTSKeys, FastPPOConfig):
 
     # HTSPPO keeps the PPO settings it was built and tested with (FastPPO's
     # defaults moved to the rsl_rl recipe later; HTS's one-step policy lag has
-    # not been measured with the adaptive-KL learning rate).
+    # not been measured with the adaptive-KL learning rate), including the released
+    # HTS-RL code's clipped value loss (0.2) on the behaviour snapshot's values.
     HYPERPARAMETERS = with_defaults(FastPPOConfig, num_envs=16, lr=3e-4, rollout_length=32, num_epochs=4,
-                                    adaptive_lr_kl_target=None)
+                                    adaptive_lr_kl_target=None, vf_clip_param=0.2)
 
     def __init__(self, algo_class=None):
         from .algorithm import HTSPPO
