@@ -31,28 +31,24 @@ def fmt_num(x: Any, nd: int = 1) -> str:
     return f"{x:,.{nd}f}"
 
 
-def fmt_steps(x: Any) -> str:
+def _short(x: Any, tenths_below: float) -> str:
+    """1.23M / 45k / 4.5k (one decimal for thousands below ``tenths_below``) / 123."""
     if x is None or not_a_number(x):
         return "–"
     x = float(x)
     if x >= 1e6:
         return f"{x / 1e6:.2f}M"
     if x >= 1e3:
-        return f"{x / 1e3:.0f}k"
+        return f"{x / 1e3:.1f}k" if x < tenths_below else f"{x / 1e3:.0f}k"
     return f"{x:.0f}"
+
+
+def fmt_steps(x: Any) -> str:
+    return _short(x, tenths_below=1e3)
 
 
 def fmt_sps(x: Any) -> str:
-    if x is None or not_a_number(x):
-        return "–"
-    x = float(x)
-    if x >= 1e6:
-        return f"{x / 1e6:.2f}M"
-    if x >= 1e4:
-        return f"{x / 1e3:.0f}k"
-    if x >= 1e3:
-        return f"{x / 1e3:.1f}k"
-    return f"{x:.0f}"
+    return _short(x, tenths_below=1e4)
 
 
 def median(xs: Iterable[float]) -> Optional[float]:
