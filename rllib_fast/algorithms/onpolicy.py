@@ -49,6 +49,20 @@ def standardize(a: torch.Tensor, w: torch.Tensor | None, reduce=None) -> torch.T
     return (a - mean) / (std + 1e-8)
 
 
+def resolve_normalize_obs(setting: Any, env: Any) -> bool:
+    """``normalize_obs`` in effect: an explicit True/False, or for ``'auto'`` the
+    source's ``normalize_obs_hint`` (the task authors' choice, e.g. mjlab's rsl_rl
+    configs: off for Cartpole, on for the robots) and True where it gives none.
+    Why the source decides: on mjlab's Cartpole balance running observation
+    statistics slowed FastPPO's defaults so much that they did not reach a mean
+    return of 45 within 120 s (N=256, docs/defaults.md); the robots' configs ask
+    for normalisation."""
+    if setting != "auto":
+        return bool(setting)
+    hint = getattr(env, "normalize_obs_hint", None)
+    return True if hint is None else bool(hint)
+
+
 class Targets(NamedTuple):
     """A rollout's learning targets, flat over ``T * N`` transitions, value
     quantities in the critic's (normalised) units."""
@@ -88,7 +102,10 @@ class OnPolicyConfig(FastConfig):
         "vf_loss_coeff": Param(0.5, "value loss weight", low=0.0, live=True),
         "entropy_coeff": Param(0.0, "entropy bonus weight", low=0.0, live=True),
         "lambda_": Param(0.95, "GAE lambda", low=0.0, high=1.0, live=True),
-        "normalize_obs": Param(True, "running mean/std observation normalisation on device", (bool,)),
+        "normalize_obs": Param("auto", "running mean/std observation normalisation on device: True, False, or "
+                               "'auto' = the source's advice where it gives one (mjlab: the task's rsl_rl "
+                               "config), else True", (bool, str),
+                               check=(lambda v: v == "auto" or isinstance(v, bool), "'auto', True or False")),
         "normalize_values": Param(True, "critic predicts returns normalised by running statistics", (bool,)),
         "normalize_advantages": Param(True, "standardise advantages per minibatch", (bool,), live=True),
         "hidden_sizes": Param([64, 64], "hidden layer sizes of actor and critic", (list, tuple),
@@ -99,8 +116,9 @@ class OnPolicyConfig(FastConfig):
         "init_log_std": Param(0.0, "initial log std of the Gaussian policy", low=-10.0, high=5.0),
         "asymmetric_critic": ASYMMETRIC_CRITIC,
         "decorrelate_steps": Param(None, "start-state decorrelation: env i first takes k_i ~ U[0, this] random "
-                                   "actions (None: the env's time limit or 100; 0: off)", (int,), low=0,
-                                   optional=True),
+                                   "actions, after the source's episode clocks are randomised where it has "
+                                   "them (None: clocks only on a source with clocks, else the time limit "
+                                   "or 100 random steps; 0: off)", (int,), low=0, optional=True),
         "compile": COMPILE,
     }
 
@@ -115,6 +133,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
     # -- construction ------------------------------------------------------------
     def build(self) -> None:
         cfg, env = self.config, self.env
+        self.normalize_obs = resolve_normalize_obs(cfg.normalize_obs, env)
         # asymmetric actor-critic: the critic (and its input normaliser) read the source's states
         self.state_dim = state_dim(cfg, env, type(self).__name__)
         self.critic_key, self.final_critic_key = (("states", "final_states") if self.state_dim is not None
@@ -124,7 +143,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             inference_only=False,
             model_config={"hidden_sizes": list(cfg.hidden_sizes), "activation": cfg.activation,
                           "std_mode": cfg.std_mode, "init_log_std": cfg.init_log_std,
-                          "normalize_obs": cfg.normalize_obs, "state_dim": self.state_dim},
+                          "normalize_obs": self.normalize_obs, "state_dim": self.state_dim},
         ).to(self.device)
         self.params = list(self.module.parameters())
         self.optimizer = self.make_optimizer()
@@ -139,7 +158,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             "actions": (act_shape, act_dtype), "logp": ((), torch.float32),
             "rewards": ((), torch.float32), "terminated": ((), torch.bool), "done": ((), torch.bool),
             "valid": ((), torch.bool),
-            **({"raw_obs": (obs_shape, torch.float32)} if cfg.normalize_obs else {}),
+            **({"raw_obs": (obs_shape, torch.float32)} if self.normalize_obs else {}),
             # raw states; `_prepare_critic_inputs` normalises them in place once per batch
             **({k: ((self.state_dim,), torch.float32) for k in ("states", "final_states")}
                if self.state_dim is not None else {}),
@@ -153,23 +172,35 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self._decorrelate()
 
     def _normalize_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
-        if update and self.config.normalize_obs:
+        if update and self.normalize_obs:
             self.module.obs_norm.update(obs.float().reshape(obs.shape[0], -1), reduce=self._reduce)
         return self.module.policy_input(obs)
 
     @torch.no_grad()
     def _decorrelate(self) -> None:
-        """Stooke & Abbeel §5.3: env i first takes k_i ~ U[0, K] uniform-random
-        actions (then the initial policy until K), so envs do not move in
-        lock-step. Sources that can also randomise their episode clocks (so
-        time limits do not align) are asked to."""
+        """Start-state decorrelation, so the N envs do not move in lock-step.
+
+        A source with episode clocks (``randomize_episode_progress``: mjlab,
+        Isaac Lab, Isaac Gym, the built-in tasks) gets its clocks randomised,
+        which is what rsl_rl's ``init_at_random_ep_len`` does: time-outs then
+        spread over the first episode at no env-step cost. Then (by default
+        only on a source without clocks) Stooke & Abbeel §5.3: env i takes
+        k_i ~ U[0, K] uniform-random actions, then the initial policy until
+        K -- N x K env steps before learning starts, which on a slow simulator
+        with long episodes is most of a run (mjlab Cartpole, N=1024: ~1M env
+        steps; see docs/sources.md). The first, artificially shortened
+        episodes are not counted in the episode statistics."""
         k_max = self.config.decorrelate_steps
+        clocked = hasattr(self.env, "randomize_episode_progress")
         if k_max is None:
-            k_max = self.env.max_episode_steps or 100
-        if k_max <= 0:
+            k_max = 0 if clocked else (self.env.max_episode_steps or 100)
+        elif k_max <= 0:
             return
-        if hasattr(self.env, "randomize_episode_progress"):
+        if clocked:
             self.env.randomize_episode_progress()
+        if k_max == 0:
+            self.tracker.skip_current_episodes()
+            return
         n = self.env.num_envs
         k = torch.randint(0, k_max + 1, (n,), device=self.device)
         for t in range(k_max):
@@ -280,7 +311,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         one batched update per rollout."""
         env, st, module, cfg = self.env, self.storage, self.module, self.config
         for t in range(self.horizon):
-            if cfg.normalize_obs:
+            if self.normalize_obs:
                 st["raw_obs"][t].copy_(self.obs.reshape(self.obs.shape[0], -1))
             if self.states is not None:   # before the step: a source may reuse its states buffer
                 st["states"][t].copy_(self.states)
@@ -301,7 +332,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             self.param_sync.after_sampling_step(t)
         valid = st["valid"] if self.any_invalid else None
         self.tracker.update_batch(st["rewards"], st["done"], valid)
-        if cfg.normalize_obs:
+        if self.normalize_obs:
             module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self._reduce)
 
     def _act_step(self, obs: torch.Tensor):
@@ -326,7 +357,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         if self.state_dim is None:
             return
         st, module = self.storage, self.module
-        if self.config.normalize_obs:
+        if self.normalize_obs:
             module.state_norm.update(st["states"], mask=valid, reduce=self._reduce)
         for key in ("states", "final_states"):
             st[key].copy_(module.critic_input(st.flat(key)).view_as(st[key]))

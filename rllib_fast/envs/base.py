@@ -127,6 +127,10 @@ class TensorVecEnv:
     single_observation_space: gym.Space
     single_action_space: gym.Space
     max_episode_steps: Optional[int] = None
+    #: Whether the task's authors normalise its observations for training (mjlab:
+    #: ``obs_normalization`` of the task's registered rsl_rl config), or None: no
+    #: advice. On-policy algorithms' ``normalize_obs='auto'`` follows it.
+    normalize_obs_hint: Optional[bool] = None
 
     # -- required ---------------------------------------------------------
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:  # pragma: no cover - interface

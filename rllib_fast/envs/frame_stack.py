@@ -101,6 +101,7 @@ class FrameStack(TensorVecEnv):
         self.device = torch.device(env.device)
         self.single_action_space = env.single_action_space
         self.max_episode_steps = getattr(env, "max_episode_steps", None)
+        self.normalize_obs_hint = getattr(env, "normalize_obs_hint", None)
         h, w, c = (int(s) for s in space.shape)
         self._hwc = (h, w, c)
         self.single_observation_space = gym.spaces.Box(

@@ -33,6 +33,9 @@ with mjlab's observation group names and exact terminal observations:
   return of 50. ``env_config={"cfg": {"scale_rewards_by_dt": False}}`` turns it off.
 * **episode statistics**: ``extras["log"]`` of the reset (per-term episode
   rewards, termination counts) is ``env.last_log``, as for Isaac Lab.
+* **observation normalisation advice**: ``env.normalize_obs_hint`` is the task's
+  registered rsl_rl config's ``obs_normalization`` (off for Cartpole, on for the
+  robots); on-policy algorithms' ``normalize_obs='auto'`` (the default) follows it.
 * **actions**: mjlab's action space is unbounded. The clip is the value of the
   task's registered rsl_rl config (``clip_actions``); every task bundled with
   mjlab 1.6 leaves it None (rsl_rl then does not clip), and policies here need
@@ -158,11 +161,25 @@ def make_mjlab(task_id: str, num_envs: int = 1, device: Any = "cpu", seed: Optio
     env_cfg.scene.num_envs = num_envs
     env_cfg.seed = seed
     env_cfg.auto_reset = not exact_final_obs
+    rl_cfg = load_rl_cfg(task_id)
     if clip_actions is None:
-        clip_actions = getattr(load_rl_cfg(task_id), "clip_actions", None)
+        clip_actions = getattr(rl_cfg, "clip_actions", None)
     dev = str(canonical_device(device))
-    return MjlabVecEnv(ManagerBasedRlEnv(env_cfg, device=dev), clip_obs=clip_obs, clip_actions=clip_actions,
-                       exact_final_obs=exact_final_obs)
+    out = MjlabVecEnv(ManagerBasedRlEnv(env_cfg, device=dev), clip_obs=clip_obs, clip_actions=clip_actions,
+                      exact_final_obs=exact_final_obs)
+    out.normalize_obs_hint = rsl_rl_obs_normalization(rl_cfg)
+    return out
+
+
+def rsl_rl_obs_normalization(rl_cfg: Any) -> Optional[bool]:
+    """Whether the task's registered rsl_rl config normalises the actor's
+    observations (mjlab 1.6: ``actor.obs_normalization``; older rsl_rl configs:
+    ``empirical_normalization``), or None when it does not say."""
+    actor = getattr(rl_cfg, "actor", None)
+    value = getattr(actor, "obs_normalization", None)
+    if value is None:
+        value = getattr(rl_cfg, "empirical_normalization", None)
+    return None if value is None else bool(value)
 
 
 register_prefix("mjlab", make_mjlab)

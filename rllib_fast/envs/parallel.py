@@ -329,6 +329,7 @@ class ParallelVecEnv(TensorVecEnv):
         if not isinstance(obs_space, gym.spaces.Box):
             raise self._fail(f"ParallelVecEnv needs a Box observation space, got {obs_space!r}")
         self.max_episode_steps = i0["max_episode_steps"]
+        self.normalize_obs_hint = i0.get("normalize_obs_hint")
         spec = i0["spec"]
         obs_dtype = np.dtype(spec["obs_dtype"]) if spec else np.dtype(obs_space.dtype)
         extras = spec["extras"] if spec else {}
@@ -583,6 +584,7 @@ class SerialVecEnv(TensorVecEnv):
         self.single_observation_space = e0.single_observation_space
         self.single_action_space = e0.single_action_space
         self.max_episode_steps = getattr(e0, "max_episode_steps", None)
+        self.normalize_obs_hint = getattr(e0, "normalize_obs_hint", None)
         wg = W // G
         self.group_num_envs = n // G
         self.group_slices = [slice(g * wg * nw, (g + 1) * wg * nw) for g in range(G)]

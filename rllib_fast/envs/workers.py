@@ -199,7 +199,8 @@ def worker_main(w: int, make_env_fn: MakeEnvFn, n: int, seed: Optional[int], con
         if canonical_device(env.device).type != "cpu":
             raise ValueError(f"make_env_fn must return a CPU env, got device {env.device}")
         info = {"obs_space": env.single_observation_space, "act_space": env.single_action_space,
-                "max_episode_steps": getattr(env, "max_episode_steps", None), "pid": os.getpid(),
+                "max_episode_steps": getattr(env, "max_episode_steps", None),
+                "normalize_obs_hint": getattr(env, "normalize_obs_hint", None), "pid": os.getpid(),
                 "spec": _probe_spec(make_env_fn) if probe else None}
         conn.send(("ready", info))
         msg = conn.recv()

@@ -77,8 +77,37 @@ def test_stooke_scaling_rule_fixes_total_batch():
 
 def test_decorrelation_desynchronises_episode_clocks():
     algo = small("Pendulum", n=64).build_algo()
-    # clocks randomised + random-length warm-up: time-outs no longer coincide
+    # clocks randomised: time-outs no longer coincide
     assert len(set(algo.env.elapsed_steps.tolist())) > 20
+    algo.stop()
+
+
+def test_default_decorrelation_costs_no_env_steps_on_a_source_with_clocks():
+    """By default a source with episode clocks only gets them randomised (no
+    random-action phase: N x time-limit env steps on a slow simulator); the first,
+    shortened episodes are not counted. An explicit K adds the random-action phase."""
+    algo = FastPPOConfig().environment("Pendulum", num_envs=16).training(rollout_length=200).build_algo()
+    clocks = algo.env.elapsed_steps.clone()
+    assert len(set(clocks.tolist())) > 8
+    r = algo.train()
+    assert r["num_env_steps_sampled_lifetime"] == 200 * 16  # one rollout, nothing before it
+    # every env timed out once within 200 steps, but those first episodes were partial
+    assert r["env_runners"]["num_episodes_lifetime"] == 0
+    second = algo.train()["env_runners"]  # then each env's first whole episode ends within 200 steps
+    assert second["num_episodes"] == 16 and second["episode_len_mean"] == 200
+    algo.stop()
+    explicit = FastPPOConfig().environment("Pendulum", num_envs=16).training(
+        rollout_length=8, decorrelate_steps=5).build_algo()
+    assert explicit.train()["num_env_steps_sampled_lifetime"] == 5 * 16 + 8 * 16
+    explicit.stop()
+
+
+def test_default_decorrelation_takes_random_steps_on_a_source_without_clocks():
+    """gymnasium vector envs have no clock to randomise: Stooke & Abbeel's random
+    phase of up to the time limit (CartPole-v1: 500 steps) runs instead."""
+    algo = FastPPOConfig().environment("gym:CartPole-v1", num_envs=4).training(rollout_length=16).build_algo()
+    assert algo.train()["num_env_steps_sampled_lifetime"] == 500 * 4 + 16 * 4
+    algo.stop()
 
 
 def test_next_step_source_marks_invalid_and_learns_without_crossing_resets():
@@ -179,3 +208,47 @@ def test_evaluation_protocol_caps_path_length_and_steps():
     assert ev["num_episodes"] == 6 and ev["episode_len_mean"] <= 5
     capped = small().evaluation(evaluation_duration=6).training(evaluation_max_env_steps=3).build_algo()
     assert capped.evaluate()["env_runners"]["num_episodes"] <= 6
+
+
+def _cartpole_without_normalisation(ctx):
+    """A built-in task whose authors advise against observation normalisation
+    (as mjlab's Cartpole rsl_rl config does)."""
+    from rllib_fast.envs import make
+
+    env = make("CartPole", num_envs=ctx["num_envs"], seed=ctx["seed"])
+    env.normalize_obs_hint = False
+    return env
+
+
+def test_normalize_obs_auto_follows_the_source_and_explicit_values_win():
+    def build(env, **kw):
+        return FastPPOConfig().environment(env, num_envs=4).training(rollout_length=8, num_minibatches=2,
+                                                                     **kw).build_algo()
+
+    plain, advised = build("CartPole"), build(_cartpole_without_normalisation)
+    forced = build(_cartpole_without_normalisation, normalize_obs=True)
+    try:
+        assert plain.config.normalize_obs == "auto"
+        assert plain.normalize_obs and plain.module.normalize_obs and "raw_obs" in plain.storage.data
+        assert not advised.normalize_obs and not advised.module.normalize_obs
+        assert "raw_obs" not in advised.storage.data
+        advised.train()
+        assert float(advised.module.obs_norm.count) <= 1.0  # statistics never updated
+        assert forced.normalize_obs and forced.module.normalize_obs
+    finally:
+        for a in (plain, advised, forced):
+            a.stop()
+    with pytest.raises(ValueError, match="normalize_obs.*'auto', True or False"):
+        FastPPOConfig().environment("CartPole").training(normalize_obs="yes").validate()
+
+
+def test_normalize_obs_advice_reaches_hts_through_its_executor_group():
+    from rllib_fast.algorithms.hts import HTSPPOConfig
+
+    algo = HTSPPOConfig().environment(_cartpole_without_normalisation, num_envs=4).training(
+        num_executors=2, rollout_length=8, num_minibatches=2).build_algo()
+    try:
+        assert algo.env.normalize_obs_hint is False and not algo.normalize_obs
+        algo.train()
+    finally:
+        algo.stop()

@@ -56,6 +56,7 @@ def test_cartpole_contract_final_obs_is_the_terminal_state():
     assert env.max_episode_steps == 10 and env.step_dt == pytest.approx(0.05)
     assert env.single_observation_space == gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
     assert env.single_action_space == gym.spaces.Box(-1.0, 1.0, (1,), np.float32)  # rsl_rl cfg: None -> 1.0
+    assert env.normalize_obs_hint is False  # the rsl_rl config: obs_normalization=False
     assert env.single_state_space is None  # Cartpole's critic group is the actor group: not exposed
     first, steps = _run(env, push, 25)
     assert first.shape == (n, 5) and first.dtype == torch.float32
@@ -164,6 +165,7 @@ def test_go1_contract_states_and_final_states():
     validate_env(env)
     assert env.obs_shape == (48,) and env.single_state_space.shape == (72,)
     assert env.single_action_space == gym.spaces.Box(-1.0, 1.0, (12,), np.float32)
+    assert env.normalize_obs_hint is True  # the robots' rsl_rl configs normalise observations
     first, steps = _run(env, act, 5)
     assert first.shape == (n, 48) and env.states.shape == (n, 72) and env.states.dtype == torch.float32
     for s in steps[:4]:

@@ -154,7 +154,7 @@ class HTSMixin:
             act = self.module
             dist_shape = (int(env.single_action_space.n),) if env.is_discrete else (act.act_dim,)
             self.runtime = HTSRuntime(env.parts, env.slices, self.obs, self.executor_generators, cfg.num_actors,
-                                      cfg.deterministic_inference, cfg.normalize_obs, dist_shape,
+                                      cfg.deterministic_inference, self.normalize_obs, dist_shape,
                                       any_invalid=self._mark_invalid, combining=cfg.actor_mode == "combining",
                                       states=self.states)
         return self.runtime
@@ -244,12 +244,12 @@ class HTSMixin:
         cfg = self.config
         self.storage = st
         valid = st["valid"] if self.any_invalid else None
-        if cfg.normalize_obs:
+        if self.normalize_obs:
             st["raw_obs"].copy_(st["obs"])
             st["obs"].copy_(behaviour.obs_norm.normalize(st["obs"]))
             st["final_obs"].copy_(behaviour.obs_norm.normalize(st["final_obs"]))
         self.tracker.update_batch(st["rewards"], st["done"], valid)
-        if cfg.normalize_obs:
+        if self.normalize_obs:
             self.module.obs_norm.update(st["raw_obs"], mask=valid)
         self._behaviour = behaviour
         with self.metrics.log_time(("timers", "learn")):

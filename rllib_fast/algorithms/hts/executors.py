@@ -71,6 +71,7 @@ class ExecutorGroupEnv(TensorVecEnv):
         self.single_action_space = p0.single_action_space
         self.single_state_space = getattr(p0, "single_state_space", None)  # the critic's states, if any
         self.max_episode_steps = getattr(p0, "max_episode_steps", None)
+        self.normalize_obs_hint = getattr(p0, "normalize_obs_hint", None)
         self.slices: List[slice] = []
         lo = 0
         for p in self.parts:
