@@ -27,8 +27,10 @@ Contract (drawn in ``docs/architecture.md``):
     gymnasium NEXT_STEP, envpool); storage must drop or mask it;
   - ``extras``: optional dict of extra device tensors (e.g. ``true_objective``).
 
-Optional: ``get_state()``/``set_state()`` (exact resume from checkpoints) and
-``close()``.
+Optional: ``get_state()``/``set_state()`` (exact resume from checkpoints),
+``randomize_episode_progress()`` (spread the episode clocks: the on-policy
+start-state decorrelation), ``normalize_obs_hint`` (the task authors' advice on
+observation normalisation) and ``close()``.
 """
 from __future__ import annotations
 

@@ -82,19 +82,25 @@ def test_decorrelation_desynchronises_episode_clocks():
     algo.stop()
 
 
-def test_default_decorrelation_costs_no_env_steps_on_a_source_with_clocks():
-    """By default a source with episode clocks only gets them randomised (no
-    random-action phase: N x time-limit env steps on a slow simulator); the first,
-    shortened episodes are not counted. An explicit K adds the random-action phase."""
-    algo = FastPPOConfig().environment("Pendulum", num_envs=16).training(rollout_length=200).build_algo()
-    clocks = algo.env.elapsed_steps.clone()
-    assert len(set(clocks.tolist())) > 8
+def test_default_decorrelation_is_the_time_limit_within_a_budget_of_env_steps():
+    """By default every env first takes up to a time limit of random steps (clocks
+    randomised too), but the phase costs at most DECORRELATION_BUDGET env steps: with
+    many envs and long episodes (a slow simulator) it would otherwise be most of a
+    run. The first, shortened episodes are not counted; an explicit K is taken as is."""
+    from rllib_fast.algorithms.onpolicy import DECORRELATION_BUDGET
+
+    small_n = FastPPOConfig().environment("Pendulum", num_envs=16).training(rollout_length=8).build_algo()
+    assert small_n.train()["num_env_steps_sampled_lifetime"] == 200 * 16 + 8 * 16  # the whole time limit
+    small_n.stop()
+    n = 1024
+    algo = FastPPOConfig().environment("Pendulum", num_envs=n).training(rollout_length=200).build_algo()
+    k = DECORRELATION_BUDGET // n                    # 32 < the 200-step limit
+    assert len(set(algo.env.elapsed_steps.tolist())) > 100   # clocks randomised, not only shifted by <= k
     r = algo.train()
-    assert r["num_env_steps_sampled_lifetime"] == 200 * 16  # one rollout, nothing before it
-    # every env timed out once within 200 steps, but those first episodes were partial
-    assert r["env_runners"]["num_episodes_lifetime"] == 0
+    assert r["num_env_steps_sampled_lifetime"] == k * n + 200 * n
+    assert r["env_runners"]["num_episodes_lifetime"] == 0   # first episodes were partial: not counted
     second = algo.train()["env_runners"]  # then each env's first whole episode ends within 200 steps
-    assert second["num_episodes"] == 16 and second["episode_len_mean"] == 200
+    assert second["num_episodes"] == n and second["episode_len_mean"] == 200
     algo.stop()
     explicit = FastPPOConfig().environment("Pendulum", num_envs=16).training(
         rollout_length=8, decorrelate_steps=5).build_algo()
