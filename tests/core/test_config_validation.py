@@ -30,7 +30,7 @@ def test_unknown_key_via_dict_caught_by_validate():
     ("activation", "sigmoid", "'tanh'"),
     ("hidden_sizes", [64, -1], "positive ints"),
     ("num_epochs", 2.5, "int"),
-    ("normalize_obs", "yes", "bool"),
+    ("normalize_obs", "yes", "'auto', True or False"),
     ("env_device", "gpu:7", "torch device"),
 ])
 def test_bad_values_name_key_and_allowed(key, value, needle):
