@@ -55,7 +55,7 @@ def resolve_normalize_obs(setting: Any, env: Any) -> bool:
     configs: off for Cartpole, on for the robots) and True where it gives none.
     Why the source decides: on mjlab's Cartpole balance running observation
     statistics slowed FastPPO's defaults so much that they did not reach a mean
-    return of 45 within 120 s (N=256, docs/defaults.md); the robots' configs ask
+    return of 45 within 120 s (N=256, docs/sources.md); the robots' configs ask
     for normalisation."""
     if setting != "auto":
         return bool(setting)
@@ -192,19 +192,18 @@ class OnPolicyAlgorithm(FastAlgorithm):
         most ``DECORRELATION_BUDGET / N``, so the phase costs at most 32,768 env
         steps: on the built-in tasks at their default N it is the whole time
         limit (and helps: FastPPO CartPole needed 164k env steps to 475 with
-        clocks only vs 159k with it, 37k of which were the cheap random phase),
+        clocks only vs 159k with it, 32k of which were the cheap random phase),
         while on a slow simulator with long episodes an unbounded phase is most
         of a run (mjlab Cartpole, N=1024: 1M env steps, a minute of this CPU's
         physics; docs/sources.md). The first, partial episode of each env is not
         counted in the episode statistics."""
         k_max = self.config.decorrelate_steps
-        clocked = hasattr(self.env, "randomize_episode_progress")
         n = self.env.num_envs
         if k_max is None:
             k_max = min(self.env.max_episode_steps or 100, max(1, DECORRELATION_BUDGET // n))
         elif k_max <= 0:
             return
-        if clocked:
+        if hasattr(self.env, "randomize_episode_progress"):
             self.env.randomize_episode_progress()
         k = torch.randint(0, k_max + 1, (n,), device=self.device)
         for t in range(k_max):
@@ -313,7 +312,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         rollout (stored normalised obs are exactly what the policy saw) and
         absorb the whole rollout once at the end; episode accounting is also
         one batched update per rollout."""
-        env, st, module, cfg = self.env, self.storage, self.module, self.config
+        env, st, module = self.env, self.storage, self.module
         for t in range(self.horizon):
             if self.normalize_obs:
                 st["raw_obs"][t].copy_(self.obs.reshape(self.obs.shape[0], -1))

@@ -241,7 +241,6 @@ class HTSMixin:
         Executors stored raw observations; they are normalised here with the
         *behaviour* snapshot's statistics -- exactly what the actors fed the
         policy -- and the learner's statistics then absorb the batch."""
-        cfg = self.config
         self.storage = st
         valid = st["valid"] if self.any_invalid else None
         if self.normalize_obs:
