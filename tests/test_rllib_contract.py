@@ -32,3 +32,14 @@ def test_train_result_passes_rllibs_checker(name, local_ray):
         algo.stop()
     check_train_results_new_api_stack(result)
     assert result["fault_tolerance"]["num_remote_worker_restarts"] == 0
+
+
+def test_every_registered_class_is_importable_from_the_algorithms_package():
+    """``from rllib_fast.algorithms import <Name>`` works for every algorithm and
+    config a family registers (the package re-exports them explicitly)."""
+    import rllib_fast.algorithms as package
+    from rllib_fast.algorithms import CONFIGS
+
+    for cls in (*ALGORITHMS.values(), *CONFIGS.values()):
+        assert getattr(package, cls.__name__) is cls
+        assert cls.__name__ in package.__all__

@@ -20,5 +20,14 @@ for _family in _FAMILIES:
         ALGORITHMS[_name] = _cls
     CONFIGS.update(_family.CONFIGS)
 
-# ``from rllib_fast.algorithms import FastPPO`` keeps working for every family.
-globals().update({cls.__name__: cls for cls in (*ALGORITHMS.values(), *CONFIGS.values())})
+# ``from rllib_fast.algorithms import FastPPO`` works for every family
+from .a2c import FastA2C, FastA2CConfig  # noqa: E402
+from .appo import FastA3C, FastA3CConfig, FastAPPO, FastAPPOConfig  # noqa: E402
+from .dqn import EpsRainbow, EpsRainbowConfig, FastDQN, FastDQNConfig, Rainbow, RainbowConfig  # noqa: E402
+from .hts import HTSA2C, HTSA2CConfig, HTSPPO, HTSPPOConfig  # noqa: E402
+from .population import (CEMRL, CEMRLConfig, DvD, DvDConfig, PopDQN, PopDQNConfig, PopSAC,  # noqa: E402
+                         PopSACConfig, PopTD3, PopTD3Config)
+from .ppo import FastPPO, FastPPOConfig  # noqa: E402
+from .pql import DDPGN, DDPGNConfig, PQL, PQLConfig, SACN, SACNConfig  # noqa: E402
+
+__all__ = ["ALGORITHMS", "CONFIGS", *sorted(cls.__name__ for cls in (*ALGORITHMS.values(), *CONFIGS.values()))]

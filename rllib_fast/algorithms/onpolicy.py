@@ -3,11 +3,14 @@
 Stooke & Abbeel's batched sampler: every step one forward for all N envs,
 written into preallocated ``[T, N]`` storage; then targets from one batched
 critic pass and GAE (``_targets``). ``training_step`` reads rollout ->
-targets -> update; subclasses choose the optimizer and write the update
-(``_learn``).
+targets -> update. The update is an object composed in (:class:`UpdateRule`:
+PPO's minibatch epochs, A2C's one step), so the other iteration shapes
+(HTS-RL's overlapped rounds, the asynchronous learners' driver) are written
+once over both updates by plain subclassing of :class:`OnPolicyAlgorithm`.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Dict, NamedTuple, Optional
 
@@ -92,6 +95,54 @@ class ParamSync:
 LOCAL_PARAMETERS = ParamSync()
 
 
+class UpdateRule:
+    """An on-policy algorithm's learning phase, composed into it.
+
+    The algorithm (:class:`OnPolicyAlgorithm` and its iteration shapes: the
+    synchronous loop, HTS-RL's rounds, the asynchronous driver) owns rollout,
+    storage, targets and how gradients are applied (averaged over
+    data-parallel learners, clipped, stepped, synchronised with other
+    learners: ``_apply_gradients``). A rule owns what differs between PPO and
+    A2C: the optimizer, the learning rate the config prescribes, the loss (the
+    function ``compile`` compiles) and how many gradient steps one batch
+    gets. The rule reads the algorithm it serves (``self.algo``)."""
+
+    def __init__(self, algo: "OnPolicyAlgorithm") -> None:
+        self.algo = algo
+
+    @staticmethod
+    def configured_lr(config) -> float:
+        """The lr ``config`` prescribes (a batch-size rule may scale it);
+        static, as the algorithm needs it before any rule is built."""
+        return config.lr
+
+    def make_optimizer(self, params) -> torch.optim.Optimizer:
+        raise NotImplementedError("abstract: UpdateRule.make_optimizer")
+
+    def training_intensity(self) -> float:
+        """Average number of gradient uses of each sample."""
+        raise NotImplementedError("abstract: UpdateRule.training_intensity")
+
+    def loss(self, *args):
+        """One update step's forward (what ``compile`` compiles, its backward
+        with it): the loss and a stack of detached statistics."""
+        raise NotImplementedError("abstract: UpdateRule.loss")
+
+    def learn(self, batch: "Targets") -> None:
+        """Gradient steps on a rollout's targets (each through :meth:`apply_gradients`)."""
+        raise NotImplementedError("abstract: UpdateRule.learn")
+
+    def apply_gradients(self) -> None:
+        self.algo._apply_gradients()
+
+    def acting_parameters(self, behaviour):
+        """Context in which targets and gradients of a batch are computed when
+        the parameters that acted (``behaviour``, HTS-RL's snapshot) are not the
+        learner's: nothing changes for PPO and plain A2C; HTSA2C's delayed
+        gradient evaluates at ``behaviour`` (``hts.algorithm.DelayedA2CUpdate``)."""
+        return contextlib.nullcontext()
+
+
 class OnPolicyConfig(FastConfig):
     """Keys shared by the batched on-policy algorithms."""
 
@@ -133,7 +184,11 @@ DECORRELATION_BUDGET = 32_768
 
 
 class OnPolicyAlgorithm(FastAlgorithm):
+    """The synchronous batched on-policy loop around a composed update rule
+    (``UPDATE``, built in :meth:`build` as ``self.update_rule``)."""
+
     SUPPORTS_DATA_PARALLEL = True
+    UPDATE: type = UpdateRule
     # -- construction ------------------------------------------------------------
     def build(self) -> None:
         cfg, env = self.config, self.env
@@ -150,7 +205,8 @@ class OnPolicyAlgorithm(FastAlgorithm):
                           "normalize_obs": self.normalize_obs, "state_dim": self.state_dim},
         ).to(self.device)
         self.params = list(self.module.parameters())
-        self.optimizer = self.make_optimizer()
+        self.update_rule = self.UPDATE(self)
+        self.optimizer = self.update_rule.make_optimizer(self.params)
         self.param_sync = LOCAL_PARAMETERS  # asynchronous learners swap in their central-store sync
         self.horizon = cfg.horizon()
         # The MLP policy sees flattened observations (`_normalize_obs`), so storage
@@ -172,7 +228,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.dist = None  # DistributedContext when this is one of several data-parallel learners
         # the hot path's tensor functions, compiled when `compile` is set (the same functions eager)
         self._act_fn = compiled(self._act_step, cfg.compile, self.device)
-        self._update_fn = compiled(self._update_loss, cfg.compile, self.device)
+        self._update_fn = compiled(self.update_rule.loss, cfg.compile, self.device)
         self._decorrelate()
 
     def _normalize_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
@@ -244,8 +300,8 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.optimizer.step()
         self.param_sync.after_update()
 
-    def make_optimizer(self) -> torch.optim.Optimizer:
-        raise NotImplementedError("abstract: OnPolicyAlgorithm.make_optimizer")
+    def configured_lr(self) -> float:
+        return self.UPDATE.configured_lr(self.config)
 
     def use_optimizer(self, optimizer: torch.optim.Optimizer, param_sync: "ParamSync | None" = None) -> None:
         """Replace the optimizer (and how parameters are synchronised with
@@ -256,11 +312,11 @@ class OnPolicyAlgorithm(FastAlgorithm):
 
     def training_intensity(self) -> float:
         """Average number of gradient uses of each sample."""
-        raise NotImplementedError("abstract: OnPolicyAlgorithm.training_intensity")
+        return self.update_rule.training_intensity()
 
     def _learn(self, batch: "Targets") -> None:
-        """The update: gradient steps on the rollout's targets."""
-        raise NotImplementedError("abstract: OnPolicyAlgorithm._learn")
+        """The update: gradient steps on the rollout's targets (the rule's)."""
+        self.update_rule.learn(batch)
 
     def optimizers(self) -> list:
         return [self.optimizer]
@@ -344,11 +400,6 @@ class OnPolicyAlgorithm(FastAlgorithm):
         obs_n = self.module.policy_input(obs)
         action, logp = self.module.sample(obs_n)
         return obs_n, action, logp, self.module.to_env_action(action)
-
-    def _update_loss(self, *args):
-        """The update step's forward (what ``compile`` compiles, its backward
-        with it): the loss and a stack of detached statistics."""
-        raise NotImplementedError("abstract: OnPolicyAlgorithm._update_loss")
 
     @torch.no_grad()
     def _prepare_critic_inputs(self, valid) -> None:

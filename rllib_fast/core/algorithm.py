@@ -2,8 +2,8 @@
 
 A FastAlgorithm owns a tensor vector env and its torch modules directly; it
 builds no EnvRunnerGroup and no LearnerGroup (RLlib's per-env Python episode
-machinery caps at ~20k env-steps/s; see DESIGN.md §1 and
-notes/rllib-2.60-integration.md §1.2). What remains of RLlib is its public
+machinery caps at ~20k env-steps/s on a 2-core CPU; docs/architecture.md).
+What remains of RLlib is its public
 contract, which we honour here so subclasses only write the algorithm:
 
 * ``config.build_algo().train()``, ``tune.Tuner("FastPPO")``, ``tune.run``;

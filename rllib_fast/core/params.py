@@ -95,11 +95,11 @@ def positive_int_list(value: Any) -> bool:
 POSITIVE_INT_LIST = (positive_int_list, "a non-empty list of positive ints")
 
 
-def with_defaults(*bases: type, **defaults: Any) -> Dict[str, Param]:
+def with_defaults(*bases: Any, **defaults: Any) -> Dict[str, Param]:
     """Entries for a config's ``HYPERPARAMETERS`` that keep the inherited
     ``Param`` of each key (type, range, doc, live) and change only its default.
-    ``bases``: the classes the config inherits the keys from, first wins (a
-    key-only mixin counts with its own ``HYPERPARAMETERS``).
+    ``bases``: where the config gets the keys, first wins: config classes, or
+    dicts of ``Param`` (a key set several configs include, such as HTS-RL's).
 
     Why: an algorithm's own defaults (FastA2C's lr 7e-4, 16 envs) must live in
     the spec, not in assignments in ``__init__``, or ``help()``, the MLflow
@@ -107,11 +107,10 @@ def with_defaults(*bases: type, **defaults: Any) -> Dict[str, Param]:
     """
     spec: Dict[str, Param] = {}
     for base in reversed(bases):
-        spec.update(base.hyperparameter_spec() if hasattr(base, "hyperparameter_spec")
-                    else vars(base).get("HYPERPARAMETERS", {}))
+        spec.update(base if isinstance(base, dict) else base.hyperparameter_spec())
     unknown = [k for k in defaults if k not in spec]
     if unknown:
-        names = ", ".join(b.__name__ for b in bases)
+        names = ", ".join(getattr(b, "__name__", "a key set") for b in bases)
         raise KeyError(f"with_defaults: {names} declare(s) no {', '.join(map(repr, unknown))}")
     return {k: replace(spec[k], default=v) for k, v in defaults.items()}
 

@@ -135,7 +135,7 @@ def test_onpolicy_hot_path_has_no_graph_breaks(aot_eager, cls, env, key):
         args = (torch.randperm(B)[:B // 2], obs, actions, st.flat("logp"), adv, targets, old_v, critic_in, None, None)
     else:
         args = (obs, actions, adv, targets, critic_in, None, None)
-    assert graph_breaks(algo._update_loss, *args) == 0
+    assert graph_breaks(algo.update_rule.loss, *args) == 0
     algo.stop()
 
 
@@ -144,7 +144,7 @@ def test_onpolicy_compiled_matches_eager(aot_eager, cls, env, key):
     eager = onpolicy(cls, env).build_algo()
     ref = losses(eager, 2, key)
     comp = onpolicy(cls, env, compile="reduce-overhead").build_algo()
-    assert comp._act_fn is not comp._act_step and comp._update_fn is not comp._update_loss
+    assert comp._act_fn is not comp._act_step and comp._update_fn is not comp.update_rule.loss
     got = losses(comp, 2, key)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(params(comp.module), params(eager.module), rtol=1e-4, atol=1e-5)

@@ -30,18 +30,23 @@ from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from ...core.learner_actor import close_actors
 from ...core.param_server import start_parameter_server
-from ..a2c import FastA2C
-from ..ppo import FastPPO
+from ..a2c.algorithm import A2CUpdate, FastA2C
+from ..onpolicy import OnPolicyAlgorithm
+from ..ppo.algorithm import FastPPO, PPOUpdate
 from .config import FastA3CConfig, FastAPPOConfig
 from .learner import AsyncLearnerActor
 
 POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
-class AsyncDriverMixin:
-    """Driver side of asynchronous learners, over FastPPO or FastA2C."""
+class AsyncDriver(OnPolicyAlgorithm):
+    """Driver side of asynchronous learners. It builds the same module (and
+    update rule, for the lr and the training intensity it reports) as the
+    learners it drives, which are plain ``LEARNER`` algorithms (FastPPO or
+    FastA2C) with the central store's optimizer composed in
+    (:mod:`.learner`)."""
 
-    LEARNER_BASE: type = None
+    LEARNER: type = None
     # Learners interleave through real concurrency, so a resumed run continues
     # from the exact saved state but does not replay the same interleaving.
     RESUME_EXACT = False
@@ -86,7 +91,7 @@ class AsyncDriverMixin:
                                               cfg.num_async_learners + 2)
         state = cfg.get_state()
         opts = {"num_cpus": cfg.num_cpus_per_async_learner, "num_gpus": cfg.num_gpus_per_async_learner}
-        self._learners = [AsyncLearnerActor.options(**opts).remote(self.LEARNER_BASE, state, type(self), rank,
+        self._learners = [AsyncLearnerActor.options(**opts).remote(self.LEARNER, state, type(self), rank,
                                                                    self._server)
                           for rank in range(cfg.num_async_learners)]
         ray.get([w.__ray_ready__.remote() for w in self._learners])  # construction errors surface here
@@ -186,21 +191,21 @@ class AsyncDriverMixin:
                                      strategy=cfg.placement_strategy)
 
 
-class FastAPPO(AsyncDriverMixin, FastPPO):
+class FastAPPO(AsyncDriver):
     """Stooke & Abbeel's asynchronous PPO (8 PPO sampler-learners, central
     chunk-locked store, multi-step Adam). Not RLlib's V-trace APPO."""
 
-    LEARNER_BASE = FastPPO
+    LEARNER, UPDATE = FastPPO, PPOUpdate
 
     @classmethod
     def get_default_config(cls) -> FastAPPOConfig:
         return FastAPPOConfig()
 
 
-class FastA3C(AsyncDriverMixin, FastA2C):
+class FastA3C(AsyncDriver):
     """Asynchronous 16-env A2C units writing to the central store."""
 
-    LEARNER_BASE = FastA2C
+    LEARNER, UPDATE = FastA2C, A2CUpdate
 
     @classmethod
     def get_default_config(cls) -> FastA3CConfig:

@@ -130,7 +130,7 @@ class CentralStoreSync:
 class AsyncLearnerActor(LearnerActor):
     """Runs one learner's rollout/learn cycles on request and reports them."""
 
-    def __init__(self, base_cls, config_state: Dict[str, Any], driver_cls, rank: int, store_handle):
+    def __init__(self, learner_cls, config_state: Dict[str, Any], driver_cls, rank: int, store_handle):
         super().__init__(driver_cls, config_state)
         cfg = self.config.copy(copy_frozen=False)
         cfg.num_envs = env_share(cfg.num_envs, cfg.num_async_learners, "num_async_learners", driver_cls.__name__)
@@ -138,7 +138,7 @@ class AsyncLearnerActor(LearnerActor):
         cfg.seed = derive_seed(cfg.seed if cfg.seed is not None else 0, ASYNC_LEARNER, rank)
         cfg.evaluation_interval = None
         self.rank = rank
-        self.algo = self.hosted = base_cls(config=cfg)
+        self.algo = self.hosted = learner_cls(config=cfg)
         self.sync = CentralStoreSync(self.algo, RemoteStoreClient(store_handle))
         self.algo.use_optimizer(self.sync.optimizer, param_sync=self.sync)
 

@@ -31,6 +31,7 @@ versions, the executors' RNG streams and envs, so a restore continues exactly
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -45,8 +46,9 @@ from ...core.rollout import RolloutStorage
 from ...envs.base import env_share
 from ...envs.parallel import ParallelVecEnv
 from ...core.seeding import EXECUTOR, derive_seed, worker_seed
-from ..a2c.algorithm import FastA2C
-from ..ppo.algorithm import FastPPO
+from ..a2c.algorithm import A2CUpdate
+from ..onpolicy import OnPolicyAlgorithm
+from ..ppo.algorithm import PPOUpdate
 from .config import HTSA2CConfig, HTSPPOConfig
 from .executors import ExecutorGroupEnv, HTSRuntime
 from .paper_metrics import PaperMetrics
@@ -60,8 +62,10 @@ def executor_rng_seed(seed: int, e: int) -> int:
     return derive_seed(seed, e, EXECUTOR)
 
 
-class HTSMixin:
-    """The HTS-RL machinery on top of an on-policy algorithm (FastPPO/FastA2C)."""
+class HTSAlgorithm(OnPolicyAlgorithm):
+    """HTS-RL's iteration over the on-policy machinery (module, storage,
+    targets) and a composed update rule: HTSPPO and HTSA2C differ only in
+    ``UPDATE``."""
 
     SUPPORTS_DATA_PARALLEL = False
     # On CPU a restored run continues bit-identically (tested).
@@ -251,7 +255,8 @@ class HTSMixin:
         if self.normalize_obs:
             self.module.obs_norm.update(st["raw_obs"], mask=valid)
         self._behaviour = behaviour
-        with self.metrics.log_time(("timers", "learn")):
+        # HTSA2C's delayed gradient evaluates targets and gradient at the behaviour parameters
+        with self.metrics.log_time(("timers", "learn")), self.update_rule.acting_parameters(behaviour):
             self._learn(self._targets())
 
     def _target_values(self, critic_in: torch.Tensor) -> torch.Tensor:
@@ -320,64 +325,64 @@ class HTSMixin:
         super().cleanup()
 
 
-class HTSPPO(HTSMixin, FastPPO):
-    """HTS-RL with FastPPO's update (ratios against the stored behaviour log-probs)."""
+class DelayedA2CUpdate(A2CUpdate):
+    """A2C's update as the one-step-delayed gradient of Eq. 6.
 
-    @classmethod
-    def get_default_config(cls) -> HTSPPOConfig:
-        return HTSPPOConfig()
+    Inside :meth:`acting_parameters` the module holds the behaviour snapshot's
+    parameters theta_{j-1}, so the targets, loss and gradient are A2C's at
+    theta_{j-1} on its own data; :meth:`apply_gradients` puts theta_j back
+    before clipping and the optimizer step, so the delayed gradient (and the
+    optimizer's moments) advance theta_j. Normaliser statistics are the
+    learner's own (they are state, not parameters)."""
 
-
-class HTSA2C(HTSMixin, FastA2C):
-    """HTS-RL with A2C and the one-step-delayed gradient (Eq. 6).
-
-    ``_targets`` and ``_learn`` evaluate FastA2C's targets, loss and gradient
-    with the parameters set to the behaviour snapshot theta_{j-1};
-    ``_apply_gradients`` puts theta_j back before clipping and the optimizer
-    step, so the delayed gradient (and the optimizer's moments) advance
-    theta_j. Normaliser statistics are the learner's own (they are state, not
-    parameters)."""
-
-    @classmethod
-    def get_default_config(cls) -> HTSA2CConfig:
-        return HTSA2CConfig()
-
-    def build(self) -> None:
-        super().build()
-        self._live = [p.detach().clone() for p in self.params]
+    def __init__(self, algo) -> None:
+        super().__init__(algo)
+        self._live = [p.detach().clone() for p in algo.params]   # theta_j while the module holds theta_{j-1}
         self._at_behaviour = False
 
+    @contextlib.contextmanager
+    def acting_parameters(self, behaviour):
+        self._swap_to(behaviour)
+        try:
+            yield
+        finally:
+            if self._at_behaviour:
+                self._restore_live()
+
+    def apply_gradients(self) -> None:
+        if self._at_behaviour:
+            self._restore_live()
+        super().apply_gradients()
+
     @torch.no_grad()
-    def _swap_to_behaviour(self) -> None:
-        for live, p, b in zip(self._live, self.params, self._behaviour.parameters()):
+    def _swap_to(self, behaviour) -> None:
+        for live, p, b in zip(self._live, self.algo.params, behaviour.parameters()):
             live.copy_(p)
             p.copy_(b)
         self._at_behaviour = True
 
     @torch.no_grad()
     def _restore_live(self) -> None:
-        for live, p in zip(self._live, self.params):
+        for live, p in zip(self._live, self.algo.params):
             p.copy_(live)
         self._at_behaviour = False
 
-    def _targets(self):
-        self._swap_to_behaviour()   # theta_{j-1} from the targets on; `_learn` puts theta_j back
-        try:
-            return super()._targets()
-        except BaseException:
-            self._restore_live()
-            raise
 
-    def _learn(self, batch) -> None:
-        if not self._at_behaviour:
-            self._swap_to_behaviour()
-        try:
-            super()._learn(batch)
-        finally:
-            if self._at_behaviour:
-                self._restore_live()
+class HTSPPO(HTSAlgorithm):
+    """HTS-RL with FastPPO's update (ratios against the stored behaviour log-probs)."""
 
-    def _apply_gradients(self) -> None:
-        if self._at_behaviour:
-            self._restore_live()
-        super()._apply_gradients()
+    UPDATE = PPOUpdate
+
+    @classmethod
+    def get_default_config(cls) -> HTSPPOConfig:
+        return HTSPPOConfig()
+
+
+class HTSA2C(HTSAlgorithm):
+    """HTS-RL with A2C and the one-step-delayed gradient of Eq. 6 (:class:`DelayedA2CUpdate`)."""
+
+    UPDATE = DelayedA2CUpdate
+
+    @classmethod
+    def get_default_config(cls) -> HTSA2CConfig:
+        return HTSA2CConfig()

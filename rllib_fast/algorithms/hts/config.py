@@ -1,8 +1,8 @@
 """HTS-RL hyperparameters (Liu, Yeh & Schwing, NeurIPS 2020).
 
-The HTS keys are declared once in :class:`HTSKeys` and mixed into the PPO and
-A2C configs, so ``HTSPPOConfig`` accepts every FastPPO key plus these (and
-``HTSA2CConfig`` every FastA2C key plus these).
+The HTS keys are declared once (``HTS_KEYS``, checked by :func:`validate_hts`)
+and included in the PPO and A2C configs, so ``HTSPPOConfig`` accepts every
+FastPPO key plus these (and ``HTSA2CConfig`` every FastA2C key plus these).
 
 ``sync_interval`` is the paper's alpha: executors and learner synchronise
 every alpha env steps, and alpha is also the rollout length of one batch
@@ -18,62 +18,58 @@ from ..a2c.config import FastA2CConfig
 from ..ppo.config import FastPPOConfig
 
 
-class HTSKeys:
-    """Keys shared by HTSPPO and HTSA2C (mixed in before the base config)."""
-
-    HYPERPARAMETERS = {
-        "sync_interval": Param(None, "alpha: env steps between batch synchronisations = rollout length per "
-                               "batch (None: rollout_length); alpha = 1 is A2C's loop", (int,), low=1,
-                               optional=True),
-        "num_executors": Param(4, "executor threads; each steps its own env of num_envs / num_executors slots",
-                               (int,), low=1),
-        "num_actors": Param(1, "actor threads doing batched inference on the available observations "
-                            "(<= num_executors); results do not depend on it", (int,), low=1),
-        "actor_mode": Param("combining", "'dedicated': num_actors actor threads poll the state buffer (the "
-                            "paper's roles); 'combining': a waiting executor thread takes one of num_actors actor "
-                            "slots and serves every published observation (saves a thread hand-off per step)",
-                            (str,), choices=("dedicated", "combining")),
-        "deterministic_inference": Param(True, "actors forward the fixed-shape [num_envs] state buffer and keep "
-                                         "the rows they serve (batch-composition-invariant numerics: bitwise "
-                                         "identical for any num_actors); False gathers only the available rows",
-                                         (bool,)),
-        "executor_processes": Param(False, "step each executor's env in its own simulator process "
-                                    "(ParallelVecEnv, 1 worker; for CPU-stepped gym:/minatar:/atari: sources "
-                                    "given by name)", (bool,)),
-        "value_targets": Param("behaviour", "critic whose state values enter GAE, the value targets and PPO's "
-                               "value clipping: 'behaviour' = the snapshot that acted (the values actors record "
-                               "at acting time, as in the released HTS-RL code); 'current' = the learner's "
-                               "critic at update time", (str,), choices=("behaviour", "current")),
-        "rounds_per_iteration": Param(1, "synchronisation rounds per training iteration (train() call)",
-                                      (int,), low=1),
-        "wait_timeout_s": Param(600.0, "raise if a round makes no progress for this long (a hung env)",
-                                low=0.0, low_open=True),
-        "required_time_target": Param(None, "paper's 'required time': report the training seconds until the "
-                                      "mean of the latest 100 evaluation episodes first reaches this",
-                                      optional=True),
-        "final_time_limit_s": Param(None, "paper's 'final time' metric: the final metric restricted to "
-                                    "evaluations done within this many training seconds", low=0.0,
-                                    low_open=True, optional=True),
-    }
-
-    def horizon(self) -> int:
-        return self.sync_interval if self.sync_interval is not None else super().horizon()
-
-    def validate_algorithm(self) -> None:
-        super().validate_algorithm()
-        name = type(self).__name__
-        split = env_share_error(self.num_envs, self.num_executors, "num_executors", name)
-        if split is not None:
-            self._value_error(split)
-        if self.num_actors > self.num_executors:
-            self._value_error(f"{name}: `num_actors` = {self.num_actors} exceeds `num_executors` = "
-                              f"{self.num_executors}; allowed: 1..num_executors")
-        if self.executor_processes and not isinstance(self.env, str):
-            self._value_error(f"{name}: `executor_processes` = True needs `env` given by name; allowed: a "
-                              "registry name such as 'gym:CartPole-v1' or 'minatar:breakout'")
+#: keys shared by HTSPPO and HTSA2C
+HTS_KEYS = {
+    "sync_interval": Param(None, "alpha: env steps between batch synchronisations = rollout length per "
+                           "batch (None: rollout_length); alpha = 1 is A2C's loop", (int,), low=1,
+                           optional=True),
+    "num_executors": Param(4, "executor threads; each steps its own env of num_envs / num_executors slots",
+                           (int,), low=1),
+    "num_actors": Param(1, "actor threads doing batched inference on the available observations "
+                        "(<= num_executors); results do not depend on it", (int,), low=1),
+    "actor_mode": Param("combining", "'dedicated': num_actors actor threads poll the state buffer (the "
+                        "paper's roles); 'combining': a waiting executor thread takes one of num_actors actor "
+                        "slots and serves every published observation (saves a thread hand-off per step)",
+                        (str,), choices=("dedicated", "combining")),
+    "deterministic_inference": Param(True, "actors forward the fixed-shape [num_envs] state buffer and keep "
+                                     "the rows they serve (batch-composition-invariant numerics: bitwise "
+                                     "identical for any num_actors); False gathers only the available rows",
+                                     (bool,)),
+    "executor_processes": Param(False, "step each executor's env in its own simulator process "
+                                "(ParallelVecEnv, 1 worker; for CPU-stepped gym:/minatar:/atari: sources "
+                                "given by name)", (bool,)),
+    "value_targets": Param("behaviour", "critic whose state values enter GAE, the value targets and PPO's "
+                           "value clipping: 'behaviour' = the snapshot that acted (the values actors record "
+                           "at acting time, as in the released HTS-RL code); 'current' = the learner's "
+                           "critic at update time", (str,), choices=("behaviour", "current")),
+    "rounds_per_iteration": Param(1, "synchronisation rounds per training iteration (train() call)",
+                                  (int,), low=1),
+    "wait_timeout_s": Param(600.0, "raise if a round makes no progress for this long (a hung env)",
+                            low=0.0, low_open=True),
+    "required_time_target": Param(None, "paper's 'required time': report the training seconds until the "
+                                  "mean of the latest 100 evaluation episodes first reaches this",
+                                  optional=True),
+    "final_time_limit_s": Param(None, "paper's 'final time' metric: the final metric restricted to "
+                                "evaluations done within this many training seconds", low=0.0,
+                                low_open=True, optional=True),
+}
 
 
-class HTSPPOConfig(HTSKeys, FastPPOConfig):
+def validate_hts(cfg) -> None:
+    """The HTS keys' checks that involve other keys (one-line errors)."""
+    name = type(cfg).__name__
+    split = env_share_error(cfg.num_envs, cfg.num_executors, "num_executors", name)
+    if split is not None:
+        cfg._value_error(split)
+    if cfg.num_actors > cfg.num_executors:
+        cfg._value_error(f"{name}: `num_actors` = {cfg.num_actors} exceeds `num_executors` = "
+                         f"{cfg.num_executors}; allowed: 1..num_executors")
+    if cfg.executor_processes and not isinstance(cfg.env, str):
+        cfg._value_error(f"{name}: `executor_processes` = True needs `env` given by name; allowed: a "
+                         "registry name such as 'gym:CartPole-v1' or 'minatar:breakout'")
+
+
+class HTSPPOConfig(FastPPOConfig):
     """HTS-RL with PPO: concurrent rollout and learning, two storages, batch
     synchronisation every ``sync_interval`` steps, policy lag exactly one.
     The update is FastPPO's (clipped surrogate with ratios against the stored
@@ -83,21 +79,37 @@ class HTSPPOConfig(HTSKeys, FastPPOConfig):
     # defaults moved to the rsl_rl recipe later; HTS's one-step policy lag has
     # not been measured with the adaptive-KL learning rate), including the released
     # HTS-RL code's clipped value loss (0.2) on the behaviour snapshot's values.
-    HYPERPARAMETERS = with_defaults(FastPPOConfig, num_envs=16, lr=3e-4, rollout_length=32, num_epochs=4,
-                                    adaptive_lr_kl_target=None, vf_clip_param=0.2)
+    HYPERPARAMETERS = {**HTS_KEYS, **with_defaults(FastPPOConfig, num_envs=16, lr=3e-4, rollout_length=32,
+                                                   num_epochs=4, adaptive_lr_kl_target=None, vf_clip_param=0.2)}
 
     def __init__(self, algo_class=None):
         from .algorithm import HTSPPO
 
         super().__init__(algo_class=algo_class or HTSPPO)
 
+    def horizon(self) -> int:
+        return self.sync_interval if self.sync_interval is not None else super().horizon()
 
-class HTSA2CConfig(HTSKeys, FastA2CConfig):
+    def validate_algorithm(self) -> None:
+        super().validate_algorithm()
+        validate_hts(self)
+
+
+class HTSA2CConfig(FastA2CConfig):
     """HTS-RL with A2C: the one-step-delayed gradient of Eq. 6 -- the A2C
     gradient taken at the behaviour snapshot theta_{j-1} on its own data and
     applied to the current theta_j. Defaults as FastA2C (16 envs, alpha = 5)."""
+
+    HYPERPARAMETERS = dict(HTS_KEYS)
 
     def __init__(self, algo_class=None):
         from .algorithm import HTSA2C
 
         super().__init__(algo_class=algo_class or HTSA2C)
+
+    def horizon(self) -> int:
+        return self.sync_interval if self.sync_interval is not None else super().horizon()
+
+    def validate_algorithm(self) -> None:
+        super().validate_algorithm()
+        validate_hts(self)

@@ -4,8 +4,11 @@ Reads top to bottom like a single-file PPO: rollout (one batched forward for
 all N envs per step, written into preallocated ``[T, N]`` storage), targets
 (one batched critic pass over observations and ``final_obs``, then GAE with
 time-out bootstrapping), and minibatch epochs of the clipped surrogate with
-value clipping. Everything stays on the env's device; the only host syncs are
-the adaptive-KL lr step (once per epoch, when enabled) and RLlib's metric
+value clipping. Rollout and targets are the on-policy loop
+(``OnPolicyAlgorithm.training_step`` in :mod:`..onpolicy`); this file is the
+update, :class:`PPOUpdate`, which HTSPPO and every FastAPPO learner compose in
+too. Everything stays on the env's device; the only host syncs are the
+adaptive-KL lr step (once per epoch, when enabled) and RLlib's metric
 reduction at the end of an iteration.
 """
 from __future__ import annotations
@@ -14,74 +17,77 @@ import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
-from ..onpolicy import OnPolicyAlgorithm, Targets, masked_mean, standardize
+from ..onpolicy import OnPolicyAlgorithm, Targets, UpdateRule, masked_mean, standardize
 from .config import FastPPOConfig
 
 POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
-class FastPPO(OnPolicyAlgorithm):
-    @classmethod
-    def get_default_config(cls) -> FastPPOConfig:
-        return FastPPOConfig()
+class PPOUpdate(UpdateRule):
+    """PPO's learning phase: ``num_epochs`` passes of ``num_minibatches``
+    clipped-surrogate steps (value loss optionally clipped), the lr adapted
+    to the epoch's KL when ``adaptive_lr_kl_target`` is set. Composed into
+    FastPPO, HTSPPO and every FastAPPO learner."""
 
-    def make_optimizer(self) -> torch.optim.Optimizer:
+    def make_optimizer(self, params) -> torch.optim.Optimizer:
         # fused Adam: one kernel for all parameters instead of ~12 per tensor
-        return torch.optim.Adam(self.params, lr=self.configured_lr(), eps=1e-5, fused=True)
+        return torch.optim.Adam(params, lr=self.algo.configured_lr(), eps=1e-5, fused=True)
 
     def training_intensity(self) -> float:
-        return float(self.config.num_epochs)
+        return float(self.algo.config.num_epochs)
 
-    def _learn(self, batch: Targets) -> None:
-        cfg, st = self.config, self.storage
-        B = self.horizon * self.env.num_envs
+    def learn(self, batch: Targets) -> None:
+        algo = self.algo
+        cfg, st, device = algo.config, algo.storage, algo.device
+        B = algo.horizon * algo.env.num_envs
         adv, targets, old_v, w = batch
         obs, actions, old_logp = st.flat("obs"), st.flat("actions"), st.flat("logp")
-        critic_in = st.flat(self.critic_key)   # the observations, or the source's states (asymmetric)
+        critic_in = st.flat(algo.critic_key)   # the observations, or the source's states (asymmetric)
         mb = B // cfg.num_minibatches
-        stats = torch.zeros(6, device=self.device)  # pg, vf, ent, kl, clipfrac, count
+        stats = torch.zeros(6, device=device)  # pg, vf, ent, kl, clipfrac, count
         for _ in range(cfg.num_epochs):
-            perm = torch.randperm(B, device=self.device)
-            epoch_kl = torch.zeros((), device=self.device)
+            perm = torch.randperm(B, device=device)
+            epoch_kl = torch.zeros((), device=device)
             for i in range(cfg.num_minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
                 # global masked means across data-parallel learners (one all-reduce, outside the compiled step)
-                denom = self._mean_denominator(w[idx] if w is not None else None, mb)
-                loss, mstats = self._update_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w,
+                denom = algo._mean_denominator(w[idx] if w is not None else None, mb)
+                loss, mstats = algo._update_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w,
                                                denom)
-                self.optimizer.zero_grad(set_to_none=True)
+                algo.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                self._apply_gradients()
+                self.apply_gradients()
                 with torch.no_grad():
                     stats[:5] += mstats
                     stats[5] += 1
                     epoch_kl += mstats[3]
             if cfg.adaptive_lr_kl_target is not None:
-                if self.dist is not None:
-                    self.dist.mean_(epoch_kl)  # every learner adapts lr from the same KL
+                if algo.dist is not None:
+                    algo.dist.mean_(epoch_kl)  # every learner adapts lr from the same KL
                 self._adapt_lr(float(epoch_kl) / cfg.num_minibatches)
         count = stats[5]
+        log = algo.metrics.log_value
         for i, key in enumerate(("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "clip_fraction")):
-            self.metrics.log_value((LEARNER_RESULTS, POLICY, key), stats[i] / count, window=1)
+            log((LEARNER_RESULTS, POLICY, key), stats[i] / count, window=1)
         with torch.no_grad():
             var_t = targets.var()
             ev = 1 - (targets - old_v).var() / var_t.clamp_min(1e-8)
-        self.metrics.log_value((LEARNER_RESULTS, POLICY, "vf_explained_var"), ev, window=1)
-        self.metrics.log_value((LEARNER_RESULTS, POLICY, "curr_lr"), self.optimizer.param_groups[0]["lr"],
-                               window=1)
+        log((LEARNER_RESULTS, POLICY, "vf_explained_var"), ev, window=1)
+        log((LEARNER_RESULTS, POLICY, "curr_lr"), algo.optimizer.param_groups[0]["lr"], window=1)
 
-    def _update_loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, denom):
+    def loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, denom):
         """One minibatch's clipped-surrogate loss and its (policy loss, value
         loss, entropy, KL, clip fraction); the update step's part that
         ``compile`` compiles (minibatch shapes are fixed)."""
-        cfg, module = self.config, self.module
+        algo = self.algo
+        cfg, module = algo.config, algo.module
         wi = w[idx] if w is not None else None
         logp, entropy = module.evaluate_actions(obs[idx], actions[idx])
         log_ratio = logp - old_logp[idx]
         ratio = log_ratio.exp()
         a = adv[idx]
         if cfg.normalize_advantages:
-            a = standardize(a, wi, self._reduce)
+            a = standardize(a, wi, algo._reduce)
         surr = torch.min(ratio * a, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * a)
         pg_loss = -masked_mean(surr, wi, denom)
         v = module.value(critic_in[idx])
@@ -100,10 +106,21 @@ class FastPPO(OnPolicyAlgorithm):
     def _adapt_lr(self, kl: float) -> None:
         """KL-adaptive learning rate (as in rl_games/rsl_rl): shrink when the
         epoch's KL overshoots twice the target, grow when under half."""
-        target = self.config.adaptive_lr_kl_target
-        lo, hi = self.config.adaptive_lr_bounds
-        for group in self.optimizer.param_groups:
+        cfg = self.algo.config
+        target = cfg.adaptive_lr_kl_target
+        lo, hi = cfg.adaptive_lr_bounds
+        for group in self.algo.optimizer.param_groups:
             if kl > 2.0 * target:
                 group["lr"] = max(lo, group["lr"] / 1.5)
             elif kl < 0.5 * target:
                 group["lr"] = min(hi, group["lr"] * 1.5)
+
+
+class FastPPO(OnPolicyAlgorithm):
+    """Synchronous batched PPO: the on-policy loop with PPO's update."""
+
+    UPDATE = PPOUpdate
+
+    @classmethod
+    def get_default_config(cls) -> FastPPOConfig:
+        return FastPPOConfig()
