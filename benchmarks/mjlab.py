@@ -22,6 +22,10 @@ Every arm runs in its own child process (``_harness.run_arms``), one at a time:
   rollout 16, initial std 0.2 or 0.6, entropy 0.01, 8 minibatches, 10 epochs, ELU,
   ``exact_final_obs=False``: none better (680k-0.8M or not reached, seed 1 stuck at
   13-28); normalisation off: 443k (seed 0), 492k (seed 1): the tuned arm;
+* ``hts_rsl-<N>``: HTSPPO (HTS-RL) with the same rsl_rl-style settings and one executor:
+  the simulator steps the next batch in an executor thread while the learner updates
+  on the previous one (policy lag exactly one), so learning hides behind physics; it
+  uses the second core for that, as the PBT arm does (the other arms run one thread);
 * ``pbt-<N>``: Ray Tune PBT over 4 FastPPO trials at N envs each, started from the
   rsl_rl-style settings with seeds ``100 * seed + 0..3``, the project's PBT preset
   (``rllib_fast.tune.pbt.paper_pbt``) every 8 iterations mutating the live
@@ -196,6 +200,24 @@ def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "defaults", task
     _train_loop(ctx, algo)
 
 
+def arm_hts(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str = "cpu",
+            overrides: Optional[Dict[str, Any]] = None) -> None:
+    """HTSPPO, rsl_rl-style, one executor (the whole N-env simulator in one thread)."""
+    _unshadow()
+    from rllib_fast.algorithms.hts import HTSPPOConfig
+
+    # HTSPPO's own defaults differ from FastPPO's (its measured PPO settings): set the
+    # rsl_rl schedule and FastPPO's value clip explicitly, so only the overlap differs
+    kw = dict(RSL_STYLE, vf_clip_param=0.2, num_executors=1)
+    kw.update(overrides or {})
+    ctx.note(hyperparameters=kw)
+    cfg = (HTSPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device)
+           .training(**kw).debugging(seed=ctx.seed))
+    ctx.start_clock()
+    algo = cfg.build_algo()
+    _train_loop(ctx, algo)
+
+
 def _pbt_watch(ctx: H.ArmContext):
     """The PBT arm's ``Stopper`` (built here so the class closes over nothing: Tune pickles
     the run config, and ``ctx`` holds an open file, dropped from the pickled state)."""
@@ -352,6 +374,8 @@ def all_arms(go1_envs: int = 0) -> List[H.Arm]:
                   {"num_envs": n}, num_envs=n),
             H.Arm(f"fastppo_rsl-{n}", "FastPPO-rsl", f"FastPPO rsl_rl-style N={n}", FN + "arm_fastppo",
                   {"num_envs": n, "preset": "rsl"}, num_envs=n),
+            H.Arm(f"hts_rsl-{n}", "HTSPPO-rsl", f"HTSPPO rsl_rl-style, 1 executor (both cores) N={n}",
+                  FN + "arm_hts", {"num_envs": n}, num_envs=n),
             H.Arm(f"pbt-{n}", "FastPPO-PBT", f"FastPPO + PBT ({PBT_TRIALS} trials, rsl_rl-style start, both cores) "
                   f"N={n} per trial", FN + "arm_pbt", {"num_envs": n}, num_envs=n),
             H.Arm(f"pql-{n}", "PQL", f"PQL (small-task sizes) N={n}", FN + "arm_pql", {"num_envs": n}, num_envs=n),
@@ -465,6 +489,17 @@ def _goals(rows: List[Dict[str, Any]], raw: Dict[int, Any], busy: Dict[int, Any]
     if pbt:
         out.append(f"- PBT's best: {pbt['t_reach']:.1f} s ({pbt['label']}, reached {pbt['n_reached']}/"
                    f"{pbt['n_runs']}; env steps summed over its trials).")
+    hts = best({"HTSPPO-rsl"})
+    if hts:
+        vs = f"; {rsl['t_reach'] / hts['t_reach']:.2f}x rsl_rl's best" if rsl else ""
+        out.append(f"- HTSPPO's best (learning overlapped with physics, both cores; listed apart): "
+                   f"{hts['t_reach']:.1f} s ({hts['label']}, reached {hts['n_reached']}/{hts['n_runs']}){vs}.")
+    for r in rows:
+        n = int(r["num_envs"] or 0)
+        c = (busy.get(n) or {}).get("tput_overall")
+        if r["family"] == "HTSPPO-rsl" and r.get("sps_overall") and c:
+            out.append(f"- {r['label']}: overall rate {R.fmt_sps(r['sps_overall'])}, "
+                       f"{100 * (1.0 - r['sps_overall'] / c):.0f}% below raw busy ({R.fmt_sps(c)}).")
     for n in sorted({int(r["num_envs"] or 0) for r in rows}):
         cands = [r for r in rows if r["family"] in ("FastPPO", "FastPPO-rsl") and int(r["num_envs"] or 0) == n
                  and r.get("sps_overall")]
