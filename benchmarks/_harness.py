@@ -44,7 +44,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:  # the sibling modules are imported by file name
-    sys.path.insert(0, HERE)
+    if __name__ == "__mp_main__":
+        # a simulator worker spawned from an arm re-runs this file under this name: put the
+        # folder last, so benchmarks/mjlab.py cannot shadow the mjlab package in that worker
+        sys.path.append(HERE)
+    else:
+        sys.path.insert(0, HERE)
 from _report import fmt_num, fmt_sps, fmt_steps, not_a_number  # noqa: E402
 
 RSS_POLL_S = 0.5

@@ -22,10 +22,13 @@ Every arm runs in its own child process (``_harness.run_arms``), one at a time:
   rollout 16, initial std 0.2 or 0.6, entropy 0.01, 8 minibatches, 10 epochs, ELU,
   ``exact_final_obs=False``: none better (680k-0.8M or not reached, seed 1 stuck at
   13-28); normalisation off: 443k (seed 0), 492k (seed 1): the tuned arm;
-* ``hts_rsl-<N>``: HTSPPO (HTS-RL) with the same rsl_rl-style settings and one executor:
-  the simulator steps the next batch in an executor thread while the learner updates
-  on the previous one (policy lag exactly one), so learning hides behind physics; it
-  uses the second core for that, as the PBT arm does (the other arms run one thread);
+* ``hts_rsl-<N>``: HTSPPO (HTS-RL) with the same rsl_rl-style settings and one executor
+  in its own simulator process (``executor_processes=True``): the simulator steps the
+  next batch while the learner updates on the previous one (policy lag exactly one),
+  so learning hides behind physics; it uses the second core for that, as the PBT arm
+  does (the other arms run one thread). An executor *thread* does not overlap here
+  (2026-11-25, N=256: 7.0k env-steps/s overall, 1.17 cores busy, 99 s to 45):
+  mjlab's managers run Python on every step, which holds the GIL the learner needs;
 * ``pbt-<N>``: Ray Tune PBT over 4 FastPPO trials at N envs each, started from the
   rsl_rl-style settings with seeds ``100 * seed + 0..3``, the project's PBT preset
   (``rllib_fast.tune.pbt.paper_pbt``) every 8 iterations mutating the live
@@ -202,13 +205,13 @@ def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "defaults", task
 
 def arm_hts(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str = "cpu",
             overrides: Optional[Dict[str, Any]] = None) -> None:
-    """HTSPPO, rsl_rl-style, one executor (the whole N-env simulator in one thread)."""
+    """HTSPPO, rsl_rl-style, one executor process (the whole N-env simulator in it)."""
     _unshadow()
     from rllib_fast.algorithms.hts import HTSPPOConfig
 
     # HTSPPO's own defaults differ from FastPPO's (its measured PPO settings): set the
     # rsl_rl schedule and FastPPO's value clip explicitly, so only the overlap differs
-    kw = dict(RSL_STYLE, vf_clip_param=0.2, num_executors=1)
+    kw = dict(RSL_STYLE, vf_clip_param=0.2, num_executors=1, executor_processes=True)
     kw.update(overrides or {})
     ctx.note(hyperparameters=kw)
     cfg = (HTSPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device)
@@ -374,7 +377,7 @@ def all_arms(go1_envs: int = 0) -> List[H.Arm]:
                   {"num_envs": n}, num_envs=n),
             H.Arm(f"fastppo_rsl-{n}", "FastPPO-rsl", f"FastPPO rsl_rl-style N={n}", FN + "arm_fastppo",
                   {"num_envs": n, "preset": "rsl"}, num_envs=n),
-            H.Arm(f"hts_rsl-{n}", "HTSPPO-rsl", f"HTSPPO rsl_rl-style, 1 executor (both cores) N={n}",
+            H.Arm(f"hts_rsl-{n}", "HTSPPO-rsl", f"HTSPPO rsl_rl-style, 1 executor process (both cores) N={n}",
                   FN + "arm_hts", {"num_envs": n}, num_envs=n),
             H.Arm(f"pbt-{n}", "FastPPO-PBT", f"FastPPO + PBT ({PBT_TRIALS} trials, rsl_rl-style start, both cores) "
                   f"N={n} per trial", FN + "arm_pbt", {"num_envs": n}, num_envs=n),
