@@ -208,6 +208,13 @@ class FrameStack(TensorVecEnv):
                     final_obs=final, valid=out.valid, extras=out.extras)
 
     # -- optional ---------------------------------------------------------------
+    def randomize_episode_progress(self) -> None:
+        """The wrapped source's episode clocks (start-state decorrelation); a
+        no-op where it has none. The stacks are untouched: clocks are not frames."""
+        fn = getattr(self.env, "randomize_episode_progress", None)
+        if fn is not None:
+            fn()
+
     def get_state(self) -> Optional[Dict[str, Any]]:
         inner = self.env.get_state()
         if inner is None:

@@ -131,8 +131,8 @@ import numpy as np
 import torch
 
 from .base import Step, TensorVecEnv, canonical_device, check_num_envs, concat_steps, env_share
-from .workers import (CMD_GET_STATE, CMD_RESET, CMD_SET_STATE, CMD_STEP, MakeEnvFn, SharedLayout, WorkerError,
-                      WorkerResources, resolve_affinity, spin_acquire, worker_main)
+from .workers import (CMD_GET_STATE, CMD_RANDOMIZE_CLOCKS, CMD_RESET, CMD_SET_STATE, CMD_STEP, MakeEnvFn,
+                      SharedLayout, WorkerError, WorkerResources, resolve_affinity, spin_acquire, worker_main)
 from ..core.seeding import worker_seed
 
 __all__ = ["ParallelVecEnv", "SerialVecEnv", "NamedEnvFactory", "ParallelEnvCreator", "WorkerError", "worker_seed"]
@@ -524,6 +524,18 @@ class ParallelVecEnv(TensorVecEnv):
             return None
         return {"workers": states}
 
+    def randomize_episode_progress(self) -> None:
+        """Spread the episode clocks of every worker's source (a no-op in a
+        worker whose source has none): the on-policy algorithms' start-state
+        decorrelation has to reach a simulator in a worker process too, or
+        its N envs time out together, every episode."""
+        self._check_usable()
+        if any(self._pending):
+            raise RuntimeError("randomize_episode_progress() while a step is in flight; wait for it first")
+        workers = range(self.num_workers)
+        self._send(workers, CMD_RANDOMIZE_CLOCKS)
+        self._wait(workers)
+
     def set_state(self, state: Dict[str, Any]) -> None:
         self._check_usable()
         states = state["workers"]
@@ -611,6 +623,11 @@ class SerialVecEnv(TensorVecEnv):
 
     def wait_group(self, g: int) -> Step:
         return self._results.pop(g)
+
+    def randomize_episode_progress(self) -> None:
+        for e in self.envs:
+            if hasattr(e, "randomize_episode_progress"):
+                e.randomize_episode_progress()
 
     def get_state(self) -> Optional[Dict[str, Any]]:
         states = [e.get_state() for e in self.envs]

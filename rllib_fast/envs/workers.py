@@ -30,12 +30,12 @@ from .base import TensorVecEnv, canonical_device
 
 __all__ = ["WorkerError", "MakeEnvFn", "SharedLayout", "WorkerResources", "worker_main",
            "resolve_affinity", "spin_acquire", "CMD_STEP", "CMD_RESET", "CMD_GET_STATE", "CMD_SET_STATE",
-           "CMD_CLOSE"]
+           "CMD_CLOSE", "CMD_RANDOMIZE_CLOCKS"]
 
 MakeEnvFn = Callable[[int, Optional[int]], TensorVecEnv]
 
 # command words (shared int32 per worker)
-CMD_STEP, CMD_RESET, CMD_GET_STATE, CMD_SET_STATE, CMD_CLOSE = 1, 2, 3, 4, 5
+CMD_STEP, CMD_RESET, CMD_GET_STATE, CMD_SET_STATE, CMD_CLOSE, CMD_RANDOMIZE_CLOCKS = 1, 2, 3, 4, 5, 6
 _ALIGN = 64
 
 
@@ -175,6 +175,9 @@ def _serve(w: int, env: TensorVecEnv, conn: Any, cmd_sem: Any, done_sem: Any, bu
             conn.send(("state", env.get_state()))
         elif c == CMD_SET_STATE:
             env.set_state(conn.recv())
+        elif c == CMD_RANDOMIZE_CLOCKS:   # a no-op for a source without episode clocks
+            if hasattr(env, "randomize_episode_progress"):
+                env.randomize_episode_progress()
         elif c == CMD_CLOSE:
             return
         else:

@@ -205,6 +205,33 @@ def test_parallel_equals_serial_for_same_seeds_and_actions(par):
     assert ended["term"] > 0 and ended["trunc"] > 0 and ended["invalid"] > 0, ended
 
 
+def test_episode_clocks_are_randomised_in_the_workers():
+    """The on-policy start-state decorrelation randomises the source's episode
+    clocks (``randomize_episode_progress``); a simulator in worker processes
+    gets the call too, with the same clocks as in-process stepping. Pendulum
+    never terminates, so every end is a time-out: without the randomisation
+    all 8 envs would time out together at step 200."""
+    from rllib_fast.envs.parallel import NamedEnvFactory
+
+    make = NamedEnvFactory("Pendulum")
+    env = ParallelVecEnv(make, num_envs=8, num_workers=2, seed=3, step_timeout=60, context=CTX)
+    ref = SerialVecEnv(make, num_envs=8, num_workers=2, seed=3)
+    try:
+        env.reset(), ref.reset()
+        env.randomize_episode_progress()
+        ref.randomize_episode_progress()
+        first_end = torch.full((8,), -1)
+        for t in range(200):
+            a = torch.zeros(8, 1)
+            s, r = env.step(a), ref.step(a)
+            assert torch.equal(s.truncated, r.truncated) and torch.equal(s.obs, r.obs)
+            first_end = torch.where((first_end < 0) & s.truncated, torch.tensor(t), first_end)
+        assert (first_end >= 0).all() and len(set(first_end.tolist())) > 1, first_end
+    finally:
+        env.close()
+        ref.close()
+
+
 def test_worker_seeds_differ_and_are_reproducible():
     assert worker_seed(None, 0) is None
     assert worker_seed(3, 0) == worker_seed(3, 0) != worker_seed(3, 1) != worker_seed(4, 1)
