@@ -30,4 +30,11 @@ from .population import (CEMRL, CEMRLConfig, DvD, DvDConfig, PopDQN, PopDQNConfi
 from .ppo import FastPPO, FastPPOConfig  # noqa: E402
 from .pql import DDPGN, DDPGNConfig, PQL, PQLConfig, SACN, SACNConfig  # noqa: E402
 
-__all__ = ["ALGORITHMS", "CONFIGS", *sorted(cls.__name__ for cls in (*ALGORITHMS.values(), *CONFIGS.values()))]
+__all__ = [
+    "ALGORITHMS", "CONFIGS",
+    "CEMRL", "CEMRLConfig", "DDPGN", "DDPGNConfig", "DvD", "DvDConfig", "EpsRainbow", "EpsRainbowConfig",
+    "FastA2C", "FastA2CConfig", "FastA3C", "FastA3CConfig", "FastAPPO", "FastAPPOConfig", "FastDQN",
+    "FastDQNConfig", "FastPPO", "FastPPOConfig", "HTSA2C", "HTSA2CConfig", "HTSPPO", "HTSPPOConfig", "PQL",
+    "PQLConfig", "PopDQN", "PopDQNConfig", "PopSAC", "PopSACConfig", "PopTD3", "PopTD3Config", "Rainbow",
+    "RainbowConfig", "SACN", "SACNConfig",
+]
