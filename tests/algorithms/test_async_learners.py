@@ -131,10 +131,14 @@ def test_fast_appo_with_two_learners_learns_cartpole(ray_session, tmp_path):
     restored = Algorithm.from_checkpoint(path)
     theta, _ = RemoteStoreClient(restored._server).pull_theta()
     torch.testing.assert_close(theta.double(), saved, rtol=0, atol=0)
+    # the restored run starts from learned params: its greedy evaluation (of the same central
+    # params that scored >= 400 above) is far above a fresh policy's ~20. The training return of
+    # the first iteration after a restore is not a good probe: fresh env clocks mean it averages
+    # only the episodes short enough to end inside that iteration (it read 191 in one CI run).
+    greedy_restored = restored.evaluate()["env_runners"]["episode_return_mean"]
+    assert greedy_restored >= 300, f"restored greedy evaluation reached only {greedy_restored:.1f}"
     r2 = restored.train()
     assert r2["num_env_steps_sampled_lifetime"] > steps  # lifetime counters continue
-    # the restored run starts from learned params (a fresh one returns ~20)
-    assert r2["env_runners"]["episode_return_mean"] >= 200
     restored.stop()
 
 
