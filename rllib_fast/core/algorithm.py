@@ -382,6 +382,28 @@ class FastAlgorithm(Algorithm):
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         self.obs = state["obs"].to(self.device)
 
+    # -- restoring with a source that cannot restore its own state ---------------------
+    # Gymnasium, envpool, Isaac and mjlab sources return no state: after a restore the
+    # env keeps running the episodes it runs now (fresh ones after a build), not the
+    # checkpoint's. What belongs to those episodes -- the current observation (and
+    # critic states), the tracker's running returns -- is therefore kept from the live
+    # algorithm, and every episode the checkpoint had in flight ends at the checkpoint.
+    def _live_episodes(self) -> Dict[str, Any]:
+        states = getattr(self, "states", None)
+        return {"obs": self.obs.clone(), "states": None if states is None else states.clone(),
+                "tracker": self.tracker.in_flight()}
+
+    def _keep_live_episodes(self, live: Dict[str, Any]) -> None:
+        self.obs.copy_(live["obs"])    # in place: some algorithms share the buffer with workers
+        if live["states"] is not None and getattr(self, "states", None) is not None:
+            self.states.copy_(live["states"])
+        self.tracker.set_in_flight(live["tracker"])
+
+    def on_source_not_restored(self) -> None:
+        """After a restore whose source kept its own episodes: end the episodes
+        the checkpoint had in flight (algorithms with a replay or n-step windows
+        cut them, as truncations at the checkpoint's observation)."""
+
     def optimizers(self) -> list:
         """Optimizers whose learning rate is the one :meth:`configured_lr` sets."""
         return []
@@ -476,6 +498,8 @@ class FastAlgorithm(Algorithm):
         detail = self._setup_mismatch(setup, keys=("num_envs",))
         if detail is not None:
             raise CheckpointMismatchError(detail)
+        source_restores = state.get("env") is not None and hasattr(self.env, "set_state")
+        live = None if source_restores else self._live_episodes()
         try:
             for k, v in self.stateful_components().items():
                 v.load_state_dict(state["components"][k])
@@ -485,8 +509,11 @@ class FastAlgorithm(Algorithm):
             if detail is not None:
                 raise CheckpointMismatchError(detail) from err
             raise
-        if state.get("env") is not None and hasattr(self.env, "set_state"):
+        if source_restores:
             self.env.set_state(state["env"])
+        else:
+            self._keep_live_episodes(live)
+            self.on_source_not_restored()
         torch.set_rng_state(state["rng"]["torch"])
         if state["rng"].get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])

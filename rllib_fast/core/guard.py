@@ -19,7 +19,9 @@ What counts as bad: any learner metric whose name says it is a loss or a value
 estimate (``*loss*``, ``q_mean``, ``*value*``) that is NaN/inf or larger in
 magnitude than ``nonfinite_guard_max_abs``, or any non-finite parameter of a
 module in ``stateful_components()``. Diagnostics such as ``vf_explained_var``
-(legitimately NaN when returns are constant) are not checked.
+(legitimately NaN when returns are constant) are not checked. Nor are the
+learner metrics of an iteration that trained no env steps: they hold no new
+value, and RLlib reduces such a stat to NaN.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import numbers
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
+from ray.rllib.utils.metrics import ALL_MODULES, NUM_ENV_STEPS_TRAINED
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +110,13 @@ class UpdateGuard:
         if self.mode == "off":
             return result
         problem = None
-        found = bad_metric(result.get("learners", {}), self.max_abs)
+        learners = result.get("learners", {})
+        # An iteration that trained nothing (DQN below one update's worth of credit, a
+        # run refilling its replay after a restore) logged no learner scalars, and
+        # RLlib reduces a window stat without new values to NaN: not a bad update.
+        # Parameters are still checked.
+        trained = learners.get(ALL_MODULES, {}).get(NUM_ENV_STEPS_TRAINED) if isinstance(learners, Mapping) else None
+        found = None if trained == 0 else bad_metric(learners, self.max_abs)
         if found is not None:
             key, value = found
             what = "is not finite" if not math.isfinite(value) else f"exceeds nonfinite_guard_max_abs={self.max_abs:g}"

@@ -37,6 +37,14 @@ class EpisodeTracker:
         self.ret.zero_()
         self.len.zero_()
 
+    def in_flight(self) -> dict:
+        """The per-env accumulators of the episodes running now (copies)."""
+        return {"ret": self.ret.clone(), "len": self.len.clone(), "skip_current": self.skip_current.clone()}
+
+    def set_in_flight(self, state: dict) -> None:
+        for k in ("ret", "len", "skip_current"):
+            getattr(self, k).copy_(state[k])
+
     def update(self, reward: torch.Tensor, done: torch.Tensor, valid: Optional[torch.Tensor] = None) -> None:
         """Account one step (``[N]`` tensors)."""
         self.update_batch(reward.unsqueeze(0), done.unsqueeze(0), None if valid is None else valid.unsqueeze(0))

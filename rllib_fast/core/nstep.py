@@ -70,6 +70,13 @@ class NStepAggregator:
             return None
         return self._window((self.t - self.n) % self.n)
 
+    def cut_episodes(self) -> None:
+        """End every env's in-flight window at the last pushed step, as a
+        truncation (bootstrapped from its ``final_obs``, the true next
+        observation). See :meth:`SegmentedReplay.cut_episodes`."""
+        if self.t > 0:
+            self.buf["done"][(self.t - 1) % self.n].fill_(True)
+
     def _window(self, start: int) -> Dict[str, torch.Tensor]:
         n, b = self.n, self.buf
         order = [(start + k) % n for k in range(n)]

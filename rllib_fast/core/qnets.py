@@ -38,10 +38,22 @@ class NoisyLinear(nn.Module):
     factorised case: ``mu ~ U(-1/sqrt(in), 1/sqrt(in))``, ``sigma = sigma0/sqrt(in)``.
 
     Noise is held in buffers and only changes on :meth:`reset_noise` (once per
-    acting step / learner batch, as in the paper), which draws in place on the
-    buffers' device (no host sync). The forward never materialises the
-    ``[out, in]`` noise matrix: ``(sigma_w * eps_out eps_in^T) x == eps_out * (sigma_w (eps_in * x))``.
+    acting step / learner batch, as in the paper), which draws on the buffers'
+    device (no host sync). The forward never materialises the ``[out, in]``
+    noise matrix: ``(sigma_w * eps_out eps_in^T) x == eps_out * (sigma_w (eps_in * x))``.
     Noise is used in training mode unless ``noise=False``; eval mode uses mu only.
+
+    Per-row noise (``reset_noise(rows=N)``): the same formula with ``eps_in``
+    ``[N, in]`` and ``eps_out`` ``[N, out]`` gives every row of the batch its
+    own factorised weight perturbation, at the cost of ``N (in + out)`` draws.
+    Acting with N envs uses it: the paper's agent is one actor with one noise
+    sample per step, and a single draw shared by thousands of envs would make
+    them all explore in the same direction at once (each env is an actor, as in
+    the paper's asynchronous variant, where every actor has its own noise).
+
+    The noise is not part of the ``state_dict`` (its shape follows the last
+    draw; every acting step and update draws afresh before use, so a restored
+    run does not need the old draw).
     """
 
     def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5):
@@ -51,8 +63,8 @@ class NoisyLinear(nn.Module):
         self.weight_sigma = nn.Parameter(torch.empty(out_features, in_features))
         self.bias_mu = nn.Parameter(torch.empty(out_features))
         self.bias_sigma = nn.Parameter(torch.empty(out_features))
-        self.register_buffer("eps_in", torch.zeros(in_features))
-        self.register_buffer("eps_out", torch.zeros(out_features))
+        self.register_buffer("eps_in", torch.zeros(in_features), persistent=False)
+        self.register_buffer("eps_out", torch.zeros(out_features), persistent=False)
         self.reset_parameters()
         self.reset_noise()
 
@@ -64,16 +76,30 @@ class NoisyLinear(nn.Module):
         nn.init.constant_(self.bias_sigma, self.sigma0 * bound)
 
     @torch.no_grad()
-    def reset_noise(self, generator: Optional[torch.Generator] = None) -> None:
-        """Fresh ``f(N(0, 1))`` draws in place (``generator``, if given, must be on the buffers' device).
+    def reset_noise(self, rows: Optional[int] = None, generator: Optional[torch.Generator] = None) -> None:
+        """Fresh ``f(N(0, 1))`` draws: one shared by the whole batch (``rows=None``),
+        or one per row of a batch of ``rows`` (``generator``, if given, must be
+        on the buffers' device).
 
-        In place keeps buffer addresses fixed (CUDA graphs / torch.compile) but
-        bumps their autograd version: call it after ``backward()``, e.g. right
-        after the optimizer step, never between a forward and its backward.
+        Draws in place while the shape stays (buffer addresses fixed for CUDA
+        graphs / torch.compile) but bumps their autograd version: call it after
+        ``backward()``, e.g. right after the optimizer step, never between a
+        forward and its backward.
         """
+        shape_in = (self.in_features,) if rows is None else (rows, self.in_features)
+        shape_out = (self.out_features,) if rows is None else (rows, self.out_features)
+        if tuple(self.eps_in.shape) != shape_in:
+            self.eps_in = self.eps_in.new_empty(shape_in)
+            self.eps_out = self.eps_out.new_empty(shape_out)
         for eps in (self.eps_in, self.eps_out):
             eps.normal_(generator=generator)
             eps.copy_(eps.sign() * eps.abs().sqrt())
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # checkpoints written before the noise left the state_dict carry it: drop it
+        for name in ("eps_in", "eps_out"):
+            state_dict.pop(prefix + name, None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, x: torch.Tensor, noise: Optional[bool] = None) -> torch.Tensor:
         y = F.linear(x, self.weight_mu, self.bias_mu)
@@ -369,8 +395,9 @@ class QNetwork(nn.Module):
         """Expected Q ``[.., A]`` from C51 logits ``[.., A, atoms]`` (reuse one forward for loss and Q)."""
         return (logits.softmax(-1) * self.support).sum(-1)
 
-    def reset_noise(self) -> None:
-        """Resample every NoisyLinear's noise (no-op without noisy layers)."""
+    def reset_noise(self, rows: Optional[int] = None) -> None:
+        """Resample every NoisyLinear's noise: shared by the batch, or per row of
+        a ``rows``-row batch (no-op without noisy layers)."""
         for m in self.modules():
             if isinstance(m, NoisyLinear):
-                m.reset_noise()
+                m.reset_noise(rows)

@@ -7,7 +7,9 @@ n-step windows therefore never cross envs, and are cut at the first episode
 end inside the window; the bootstrap observation is the stored ``next_obs``
 (the env's ``final_obs``) of the window's last step, which is the terminal
 observation when an episode was truncated there. Transitions marked invalid
-(straddling a late auto-reset) are never sampled.
+(straddling a late auto-reset) get priority 0 under prioritized replay (never
+drawn); uniform sampling may draw them with importance weight 0, so they take
+a batch slot but contribute nothing to the loss.
 
 Prioritized replay uses a sum-tree held in one device tensor; updates and
 stratified sampling walk the tree level by level as batched tensor ops (no
@@ -124,6 +126,15 @@ class SegmentedReplay:
             prio = self.max_priority.pow(self.alpha) * d["valid"][slot].to(torch.float64)
             self.tree.update(idx, prio)
         self.t += 1
+
+    def cut_episodes(self) -> None:
+        """End every env's episode at the last stored step, as a truncation
+        (its stored ``next_obs`` is the true next observation, so windows
+        bootstrap from it). For a restore whose source could not restore its
+        own state: the next stored step starts from an unrelated observation,
+        and no window may reach across."""
+        if self.t > 0:
+            self.data["done"][(self.t - 1) % self.C].fill_(True)
 
     # -- sampling ---------------------------------------------------------------
     def sample_uniform(self, batch_size: int, generator=None) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -15,9 +15,10 @@ episode ended; this costs a few random numbers but needs no data-dependent
 control flow, and makes the generator's consumption independent of which envs
 ended (so trajectories are reproducible and restorable bit-exactly).
 
-Actions are not range-checked (that would need a host sync): discrete actions
-index a small table (out-of-range raises an indexing error), continuous ones
-are clipped as gymnasium clips them.
+Discrete actions must be integer tensors (a float tensor is a TypeError) and
+index a small table with ``index_select``, which rejects out-of-range and
+negative indices (an error on CPU, a device-side assert on CUDA: no host sync
+on the hot path); continuous actions are clipped as gymnasium clips them.
 """
 from __future__ import annotations
 
@@ -90,6 +91,8 @@ class _ClassicControlEnv(TensorVecEnv):
     def _as_action(self, actions: Any) -> torch.Tensor:
         a = torch.as_tensor(actions, device=self.device)
         if self._discrete:  # [N] or [N, 1]
+            if a.is_floating_point() or a.is_complex():
+                raise TypeError(f"{type(self).__name__}.step: discrete actions must be integers, got {a.dtype}")
             return a.reshape(self.num_envs).long()
         return a.to(torch.float32).reshape(self.num_envs, *self.single_action_space.shape)
 
@@ -181,7 +184,7 @@ class CartPoleEnv(_ClassicControlEnv):
 
     def _dynamics(self, state, action):
         x, x_dot, theta, theta_dot = state.unbind(1)
-        force = self._force[action]
+        force = self._force.index_select(0, action)  # rejects out-of-range and negative actions
         cos, sin = torch.cos(theta), torch.sin(theta)
         total_mass = self.mass_cart + self.mass_pole
         pole_ml = self.mass_pole * self.half_length
@@ -243,7 +246,7 @@ class AcrobotEnv(_ClassicControlEnv):
         return torch.stack((dth1, dth2, ddth1, ddth2), 1)
 
     def _dynamics(self, state, action):
-        torque, h = self._torque[action], self.dt
+        torque, h = self._torque.index_select(0, action), self.dt  # rejects out-of-range/negative actions
         k1 = self._derivatives(state, torque)
         k2 = self._derivatives(state + 0.5 * h * k1, torque)
         k3 = self._derivatives(state + 0.5 * h * k2, torque)

@@ -12,6 +12,11 @@ reset, extras)`` into the contract's :class:`~rllib_fast.envs.base.Step`:
 * **time-outs**: ``reset`` includes time-limit resets and ``extras["time_outs"]``
   marks which were time-outs: ``terminated = reset & ~time_outs``,
   ``truncated = time_outs`` (so learners bootstrap through time limits).
+  A VecTask merges both signals into ``reset_buf``, so an env that fails on the
+  very step its time limit runs out reads as a time-out (bootstrapped from the
+  failed state): the reverse of the rule the other sources follow (a
+  termination wins). IsaacGymEnvs exposes nothing to tell them apart; it
+  affects one step in ``max_episode_length`` at most.
 * **one-step-late reset**: IsaacGymEnvs returns the *terminal* observation with
   ``reset=1`` and resets the env inside the *next* ``step`` -- in
   ``pre_physics_step`` (ShadowHand, AllegroHand, BallBalance) or at the start of
@@ -57,6 +62,8 @@ from typing import Any, Dict, Optional, Sequence
 import gymnasium as gym
 import numpy as np
 import torch
+
+from gymnasium.vector import AutoresetMode
 
 from .base import Step, TensorVecEnv, canonical_device, check_num_envs
 from .registry import register_prefix
@@ -110,12 +117,18 @@ def _finite(x: Any) -> Optional[float]:
 class IsaacGymVecEnv(TensorVecEnv):
     """An IsaacGymEnvs ``VecTask`` (in-process or a process-isolated proxy).
 
+    VecTasks reset one step late (the step after a done is ``valid=False``); the
+    class says so with ``autoreset_mode = NEXT_STEP``, which FrameStack and the
+    gymnasium bridge (``TensorVecEnvToGym``) read.
+
     Args:
         task: the VecTask (anything with its ``step``/``reset``/buffer surface).
         device: device of the returned tensors (default: the task's ``rl_device``).
         clip_obs / clip_actions: extra clamping on our side (None: rely on the task's).
         close_task: whether :meth:`close` closes the task.
     """
+
+    autoreset_mode = AutoresetMode.NEXT_STEP
 
     def __init__(self, task: Any, device: Any = None, clip_obs: Optional[float] = None,
                  clip_actions: Optional[float] = None, close_task: bool = True):

@@ -62,6 +62,12 @@ from .registry import register_prefix
 __all__ = ["IsaacLabVecEnv", "make_isaaclab", "IsaacLabNotInstalledError", "set_path"]
 
 
+def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """An ``[N]`` row mask shaped to broadcast over ``like``'s rows, whatever its
+    rank (flat ``[N, D]`` groups, images, height maps, un-flattened histories)."""
+    return mask.view(-1, *([1] * (like.dim() - 1)))
+
+
 class IsaacLabNotInstalledError(ImportError):
     """Isaac Lab / Isaac Sim cannot be imported."""
 
@@ -209,17 +215,16 @@ class IsaacLabVecEnv(TensorVecEnv):
                 reset_obs, reset_extras = self.env.reset(env_ids=done.nonzero().squeeze(-1))
                 self.last_log = self._copy_log(reset_extras)
                 r_obs, r_states = self._groups(reset_obs)
-                mask = done.unsqueeze(-1)
-                new_obs = torch.where(mask, r_obs, final_obs)
+                new_obs = torch.where(_rows(done, final_obs), r_obs, final_obs)
                 if new_states is not None:
-                    new_states = torch.where(mask, r_states, final_states)
+                    new_states = torch.where(_rows(done, final_states), r_states, final_states)
         else:
             # Same-step reset: the terminal observation is gone; the ended rows keep
             # the observation (and states) the action was taken from.
-            final_obs = new_obs if prev is None else torch.where(done.unsqueeze(-1), prev, new_obs)
+            final_obs = new_obs if prev is None else torch.where(_rows(done, new_obs), prev, new_obs)
             final_states = new_states
             if new_states is not None and prev_states is not None:
-                final_states = torch.where(done.unsqueeze(-1), prev_states, new_states)
+                final_states = torch.where(_rows(done, new_states), prev_states, new_states)
         out_extras: Dict[str, torch.Tensor] = {}
         if new_states is not None:
             self.states = new_states

@@ -155,7 +155,11 @@ class MinAtarVecEnv(TensorVecEnv):
         return up.send_obs()
 
     def step(self, actions: Any) -> Step:
-        acts = self._amap[_actions_to_list(actions)].tolist()  # IndexError on out-of-range actions
+        acts = _actions_to_list(actions)
+        if min(acts) < 0 or max(acts) >= len(self._amap):   # numpy would wrap negative indices
+            raise IndexError(f"{type(self).__name__}.step: actions must be in [0, {len(self._amap)}), "
+                             f"got {min(acts)}..{max(acts)}")
+        acts = self._amap[acts].tolist()
         up = self._up
         up.wait()
         rew, term, trunc, obs, final = up.f32[0], up.bools[0], up.bools[1], up.obs, up.final

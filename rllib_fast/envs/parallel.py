@@ -330,6 +330,9 @@ class ParallelVecEnv(TensorVecEnv):
             raise self._fail(f"ParallelVecEnv needs a Box observation space, got {obs_space!r}")
         self.max_episode_steps = i0["max_episode_steps"]
         self.normalize_obs_hint = i0.get("normalize_obs_hint")
+        # a source that resets one step late says so (NEXT_STEP); wrappers and the
+        # gymnasium bridge read it to handle its `valid=False` straddling steps
+        self.autoreset_mode = i0.get("autoreset_mode")
         spec = i0["spec"]
         obs_dtype = np.dtype(spec["obs_dtype"]) if spec else np.dtype(obs_space.dtype)
         extras = spec["extras"] if spec else {}
@@ -597,6 +600,7 @@ class SerialVecEnv(TensorVecEnv):
         self.single_action_space = e0.single_action_space
         self.max_episode_steps = getattr(e0, "max_episode_steps", None)
         self.normalize_obs_hint = getattr(e0, "normalize_obs_hint", None)
+        self.autoreset_mode = getattr(e0, "autoreset_mode", None)  # NEXT_STEP: resets one step late
         wg = W // G
         self.group_num_envs = n // G
         self.group_slices = [slice(g * wg * nw, (g + 1) * wg * nw) for g in range(G)]

@@ -204,6 +204,7 @@ def worker_main(w: int, make_env_fn: MakeEnvFn, n: int, seed: Optional[int], con
         info = {"obs_space": env.single_observation_space, "act_space": env.single_action_space,
                 "max_episode_steps": getattr(env, "max_episode_steps", None),
                 "normalize_obs_hint": getattr(env, "normalize_obs_hint", None), "pid": os.getpid(),
+                "autoreset_mode": getattr(env, "autoreset_mode", None),
                 "spec": _probe_spec(make_env_fn) if probe else None}
         conn.send(("ready", info))
         msg = conn.recv()

@@ -164,10 +164,14 @@ def test_checkpoint_round_trip_keeps_states_and_state_statistics(tmp_path):
         algo.stop()
     fresh = cfg.build_algo()
     try:
+        live_states = fresh.states.clone()
         fresh.restore_from_path(str(tmp_path))
         for k, v in fresh.module.state_dict().items():
             assert torch.equal(v, sd[k]), k
-        assert "state_norm.mean" in sd and torch.equal(fresh.states, states)
+        assert "state_norm.mean" in sd
+        # the stand-in cannot restore its own state: the restored run keeps the states of
+        # the episodes its env runs now (docs/design-notes.md), not the checkpoint's
+        assert torch.equal(fresh.states, live_states) and not torch.equal(fresh.states, states)
         r2 = fresh.train()
         assert math.isfinite(r2["learners"]["default_policy"]["vf_loss"])
         assert r1["num_env_steps_sampled_lifetime"] == r2["num_env_steps_sampled_lifetime"]
@@ -189,8 +193,9 @@ def test_hts_checkpoint_round_trip_with_states(tmp_path):
         algo.stop()
     fresh = cfg.build_algo()
     try:
+        live_states = fresh.states.clone()
         fresh.restore_from_path(str(tmp_path))
-        assert torch.equal(fresh.states, states)
+        assert torch.equal(fresh.states, live_states)     # the source keeps its own episodes
         assert torch.equal(fresh.buffers.read["states"], pending) and pending.abs().sum() > 0
         r = fresh.train()
         assert math.isfinite(r["learners"]["default_policy"]["vf_loss"])
@@ -289,12 +294,14 @@ def test_ddpgn_checkpoint_round_trip_with_states(tmp_path):
         algo.stop()
     fresh = cfg.build_algo()
     try:
+        live_states = fresh.states.clone()
         fresh.restore_from_path(str(tmp_path))
         for k, t in fresh.v.critic.state_dict().items():
             assert torch.equal(t, saved["critic"][k]), k
         assert torch.equal(fresh.actor.state_rms.mean, saved["state_rms"])
-        assert torch.equal(fresh.states, saved["states"])
-        assert torch.equal(fresh.actor.state_aggregator.buf["obs"], saved["window"])
+        assert torch.equal(fresh.states, live_states)     # the source keeps its own episodes
+        agg = fresh.actor.state_aggregator                # ... and the in-flight windows end
+        assert torch.equal(agg.buf["obs"], saved["window"]) and agg.buf["done"][(agg.t - 1) % agg.n].all()
         assert torch.equal(fresh.v.replay.data["next_states"][:len(fresh.v.replay)], saved["replay"])
         r = fresh.train()["learners"]["default_policy"]
         assert math.isfinite(r["critic_loss"])

@@ -93,6 +93,62 @@ def test_checkpoint_without_replay_restores_weights_only(tmp_path):
     assert restored.replay.t == 0  # replay not stored: refilled after restore
 
 
+def test_learning_waits_for_the_replay_after_a_restore_without_it(tmp_path):
+    """`learning_starts` counts what the replay holds: a run restored without its
+    replay refills it before updating again (not 2 updates on 16 transitions)."""
+    algo = small(learning_starts=32).build_algo()
+    for _ in range(3):
+        algo.train()
+    assert algo.num_updates > 0
+    path = algo.save_to_path(str(tmp_path / "c"))
+    restored = Algorithm.from_checkpoint(path)
+    updates = restored.num_updates
+    restored.train()                 # 16 transitions stored: below learning_starts
+    assert restored.num_updates == updates
+    restored.train()                 # 32: learning resumes
+    assert restored.num_updates > updates
+    algo.stop(); restored.stop()
+
+
+def test_iterations_without_an_update_do_not_trip_the_nonfinite_guard():
+    """At a low training intensity some iterations earn no whole update; their
+    learner scalars reduce to NaN in RLlib's logger, which is not a bad update."""
+    algo = small(learning_starts=32, training_intensity=0.5).build_algo()
+    counts = []
+    for _ in range(8):
+        algo.train()
+        counts.append(algo.num_updates)
+    assert counts[-1] > 0 and len(set(counts)) < len(counts)   # some iterations did not update
+    algo.stop()
+
+
+def test_an_adam_eps_the_user_sets_wins_over_the_batch_rule():
+    assert apply_rule("eps_rainbow", 128, 5e-4, 1e-4) == (5e-4, 1e-4)
+    assert apply_rule("categorical", 64, 1e-4, 3e-4) == (1e-4, 3e-4)
+    algo = small(EpsRainbowConfig, adam_eps=1e-4).build_algo()
+    assert algo.optimizer.param_groups[0]["eps"] == 1e-4
+
+
+@pytest.mark.parametrize("per_env", [True, False])
+def test_noisy_nets_act_with_one_noise_draw_per_env(per_env):
+    """N envs are N actors: each explores under its own draw (one draw shared by
+    all envs would move them all in the same direction at once)."""
+    algo = small(RainbowConfig, n=8, v_min=0.0, v_max=100.0, noise_per_env=per_env).build_algo()
+    obs = torch.randn(1, 4).expand(8, 4).contiguous()   # the same observation in every env
+    algo._act(obs, 0.0)
+    q = algo.module(obs)                                 # the draw the act step used
+    layer = algo.module.advantage.out
+    if per_env:
+        assert layer.eps_in.shape == (8, layer.in_features)
+        assert not torch.allclose(q[0], q[1])
+    else:
+        assert layer.eps_in.shape == (layer.in_features,)
+        torch.testing.assert_close(q[0], q[1])
+    algo._learn(1)                                       # learner batches: one shared draw (the paper)
+    assert layer.eps_in.shape == (layer.in_features,)
+    algo.stop()
+
+
 @pytest.mark.parametrize("kw,needle", [
     ({"num_atoms": 51, "v_min": 5.0, "v_max": 5.0}, "`v_min` < `v_max`"),
     ({"per_alpha": -0.1}, "`per_alpha` = -0.1 is out of range"),
@@ -166,9 +222,11 @@ def test_minatar_smoke_with_cnn_trunk_and_uint8_replay():
 
 
 @pytest.mark.parametrize("cls,kw", [(FastDQNConfig, {}), (RainbowConfig, {"v_min": 0.0, "v_max": 100.0})])
-def test_prioritized_replay_stores_abs_td_error_or_c51_cross_entropy(cls, kw):
+def test_prioritized_replay_stores_abs_td_error_or_c51_kl(cls, kw):
     """Scalar Q stores |delta|^alpha (Schaul et al.), not the Huber loss
-    (delta^2/2 for |delta| < 1); C51 stores its cross-entropy, as Rainbow does."""
+    (delta^2/2 for |delta| < 1); C51 stores the KL divergence from target to
+    prediction, as Rainbow prioritises (the cross-entropy minus the target's
+    entropy: a return between two atoms has entropy ln 2)."""
     eps = 1e-9
     algo = small(cls, prioritized_replay=True, per_alpha=0.5, per_eps=eps, n_step=1, double_q=False,
                  learning_starts=0, **kw).build_algo()
@@ -187,7 +245,10 @@ def test_prioritized_replay_stores_abs_td_error_or_c51_cross_entropy(cls, kw):
     else:
         atoms = torch.tensor([0, 1, 2, 25])  # support 0, 2, ..., 100: these returns project onto one atom
         ret = atoms.float() * 2.0
-        expected = (-log_p[torch.arange(4), atoms].double() + eps).sqrt()
+        kl = -log_p[torch.arange(4), atoms].double()
+        ret[1] = 1.0                          # halfway between atoms 0 and 1: mass 1/2 on each
+        kl[1] = -math.log(2) - 0.5 * (log_p[1, 0] + log_p[1, 1]).double()
+        expected = (kl + eps).sqrt()
     batch = {"obs": obs, "action": action, "return": ret, "discount": torch.zeros(4), "next_obs": obs}
     algo.replay.sample_prioritized = lambda n, beta: (flat, torch.ones(4))
     algo.replay.gather = lambda f, n, g: batch

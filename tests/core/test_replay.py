@@ -110,3 +110,34 @@ def test_state_dict_round_trip():
     other.load_state_dict(buf.state_dict())
     assert other.t == 3 and torch.equal(other.data["reward"], buf.data["reward"])
     assert torch.equal(other.tree.tree, buf.tree.tree)
+
+
+def test_cut_episodes_ends_windows_at_the_last_stored_step_as_a_truncation():
+    """A restore whose source kept its own episodes: the next stored step starts
+    from an unrelated observation, so no n-step window may reach across."""
+    g = 0.9
+    buf = _buf()
+    _fill(buf, [1.0, 2.0, 3.0], [False] * 3, [False] * 3)
+    buf.cut_episodes()
+    _fill(buf, [50.0, 60.0], [False] * 2, [False] * 2)   # "after the restore"
+    b = buf.gather(torch.tensor([1 * 2 + 0, 1 * 2 + 1]), 3, g)  # t=1, env 0 and env 1
+    for i in range(2):
+        assert b["steps"][i].item() == 2                   # t=1, 2; never t=3
+        assert b["discount"][i].item() == pytest.approx(g ** 2)  # bootstrapped (truncation)
+    assert b["return"][0].item() == pytest.approx(2 + g * 3)
+    assert b["next_obs"][0].item() == 2.5                  # the stored next obs of the cut step
+
+
+def test_nstep_aggregator_cut_episodes():
+    from rllib_fast.core.nstep import NStepAggregator
+
+    g, agg = 0.5, NStepAggregator(1, 3, 0.5, (1,), (1,), torch.device("cpu"))
+    f = torch.zeros(1, dtype=torch.bool)
+    for t in range(2):
+        agg.push(torch.tensor([[float(t)]]), torch.zeros(1, 1), torch.tensor([1.0 + t]), f, f,
+                 torch.tensor([[t + 0.5]]))
+    agg.cut_episodes()
+    out = agg.push(torch.tensor([[9.0]]), torch.zeros(1, 1), torch.tensor([100.0]), f, f, torch.tensor([[9.5]]))
+    # the window starting at t=0 stops at the cut step t=1 and bootstraps from its next obs
+    assert out["reward"].item() == pytest.approx(1 + g * 2)
+    assert out["discount"].item() == pytest.approx(g ** 2) and out["next_obs"].item() == 1.5

@@ -460,6 +460,30 @@ def test_reverse_passthrough_of_next_step_gym_source():
             np.testing.assert_array_equal(x, y)
 
 
+def test_reverse_passthrough_of_late_resetting_sources_that_say_so():
+    """Sources that reset one step late declare ``autoreset_mode = NEXT_STEP`` --
+    Isaac Gym VecTasks, and vector envs over late-resetting sources -- so the
+    bridge passes their straddling steps through as NEXT_STEP (RLlib skips
+    them) instead of presenting SAME_STEP with the terminal obs as the reset
+    obs and a bogus first transition after it."""
+    from rllib_fast.envs.parallel import SerialVecEnv
+
+    ig = make("isaacgym:PointReach", num_envs=2, seed=0, isolated=False,
+              task_class="rllib_fast.envs.standins.vectask:PointReachTask", cfg={"env": {"episodeLength": 3}})
+    serial = SerialVecEnv(lambda n, seed: make("gym:CartPole-v1", num_envs=n, seed=seed), num_envs=4,
+                          num_workers=2, seed=0)
+    for env in (ig, serial):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")   # no "presents SAME_STEP" warning
+            venv = TensorVecEnvToGym(env)
+        assert venv.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+    venv = TensorVecEnvToGym(ig)
+    venv.reset(seed=0)
+    out = [venv.step(np.zeros((2, 2), np.float32)) for _ in range(3)]
+    assert out[1][3].all()                          # time-out at step 2 ...
+    assert (out[2][1] == 0).all() and not out[2][2].any() and not out[2][3].any()  # ... the reset step
+
+
 @pytest.mark.parametrize("name", ["CartPole", "Pendulum"])
 def test_reverse_builtin_sanity(name):
     venv = rllib_env_creator(name)({"num_envs": 4})

@@ -86,3 +86,15 @@ def test_randomized_episode_lengths_and_prebuilt_env():
 def test_isaaclab_name_without_isaaclab_is_a_clear_error():
     with pytest.raises(il.IsaacLabNotInstalledError, match="Isaac Lab is not installed"):
         make("isaaclab:Isaac-Ant-Direct-v0", num_envs=4)
+
+
+def test_row_masks_select_rows_of_any_rank():
+    """Observation groups may be images or un-flattened histories ([N, H, D]); a
+    ``done.unsqueeze(-1)`` mask would line N up against the last dim (silently,
+    when that dim happens to equal N)."""
+    done = torch.tensor([True, False, True])
+    reset, terminal = torch.zeros(3, 4, 3), torch.ones(3, 4, 3)   # trailing dim == N on purpose
+    out = torch.where(il._rows(done, terminal), reset, terminal)
+    assert (out[done] == 0).all() and (out[~done] == 1).all()
+    flat = torch.where(il._rows(done, terminal[:, 0]), reset[:, 0], terminal[:, 0])
+    assert (flat[done] == 0).all() and (flat[~done] == 1).all()

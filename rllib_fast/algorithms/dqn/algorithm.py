@@ -93,6 +93,9 @@ class FastDQN(FastAlgorithm):
         self.env_steps, self.num_updates = state["env_steps"], state["num_updates"]
         self.update_credit = state["update_credit"]
 
+    def on_source_not_restored(self) -> None:
+        self.replay.cut_episodes()
+
     # -- acting ----------------------------------------------------------------------
     def epsilon(self) -> float:
         cfg = self.config
@@ -103,9 +106,9 @@ class FastDQN(FastAlgorithm):
 
     @torch.no_grad()
     def _act(self, obs: torch.Tensor, eps) -> torch.Tensor:
-        if self.config.noisy:
-            self.module.reset_noise()
         n = obs.shape[0]
+        if self.config.noisy:  # each env its own draw: N actors exploring independently
+            self.module.reset_noise(n if self.config.noise_per_env else None)
         random_a = torch.randint(0, self.num_actions, (n,), device=obs.device)
         explore = torch.rand(n, device=obs.device) < eps
         return self._select_action(obs, random_a, explore)
@@ -134,7 +137,9 @@ class FastDQN(FastAlgorithm):
         generated = cfg.rollout_length * self.env.num_envs
         self.log_env_steps(generated)
         trained = 0
-        if self.env_steps >= cfg.learning_starts:
+        # gated on what the replay holds, not on env steps: a run restored without its
+        # replay (`checkpoint_replay=False`, a PBT exploit) refills before it learns again
+        if len(self.replay) >= cfg.learning_starts:
             self.update_credit += cfg.training_intensity * generated / cfg.batch_size
             n_updates = int(self.update_credit)
             self.update_credit -= n_updates
@@ -144,7 +149,8 @@ class FastDQN(FastAlgorithm):
         self.tracker.log_to(self.metrics)
         self.log_trained_steps(trained)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), cfg.training_intensity, window=1)
-        self.metrics.log_value((LEARNER_RESULTS, POLICY, "epsilon"), self.epsilon(), window=1)
+        eps = self.per_env_eps.mean() if cfg.exploration == "per_env" else self.epsilon()  # what acting used
+        self.metrics.log_value((LEARNER_RESULTS, POLICY, "epsilon"), eps, window=1)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_updates_lifetime"), self.num_updates, window=1)
         self.metrics.log_value((LEARNER_RESULTS, POLICY, "curr_lr"), self.optimizer.param_groups[0]["lr"], window=1)
 
@@ -199,7 +205,14 @@ class FastDQN(FastAlgorithm):
     def _weighted_loss(self, b: Dict[str, torch.Tensor], w: torch.Tensor):
         """The update step's forward (what ``compile`` compiles; its backward
         is compiled with it): the importance-weighted batch loss, Q(s, a) and
-        the new priorities."""
+        the new priorities.
+
+        The weighted mean is self-normalised, ``sum(w l) / sum(w)``: under
+        uniform sampling ``w`` is the 0/1 validity mask (a mean over valid
+        rows); under PER it is Schaul et al.'s weights, and dividing by their
+        sum instead of the batch size keeps the step size independent of how
+        skewed the batch's priorities are (Schaul's ``mean(w l)`` with
+        ``w / max w`` shrinks the step as beta anneals to 1)."""
         loss_i, q_sa, priority = self._loss(b)
         return (w * loss_i).sum() / w.sum().clamp_min(1.0), q_sa, priority
 
@@ -209,8 +222,12 @@ class FastDQN(FastAlgorithm):
 
         Priorities are |TD error| for scalar Q (Schaul et al.; the Huber loss
         would store (delta^2 / 2)^alpha for |delta| < 1, squashing small errors
-        far below their proportional share) and the cross-entropy for C51, as
-        Rainbow does.
+        far below their proportional share) and, for C51, the KL divergence
+        from the projected target to the predicted distribution, as Rainbow
+        prioritises (the cross-entropy loss minus the target's entropy: the
+        same gradient, but a well-fitted bootstrapped target, whose projected
+        distribution spreads over atoms, gets a low priority like a fitted
+        terminal one).
 
         With double Q, one online forward over ``[obs; next_obs]`` serves both
         the loss (first half, with gradients) and the next-action selection
@@ -246,7 +263,8 @@ class FastDQN(FastAlgorithm):
         log_p = F.log_softmax(out_obs, dim=-1)[idx, a]
         loss_i = -(target_dist * log_p).sum(-1)
         q_sa = (log_p.exp() * self.module.support).sum(-1)
-        return loss_i, q_sa, loss_i.detach()
+        neg_entropy = torch.xlogy(target_dist, target_dist).sum(-1)
+        return loss_i, q_sa, (loss_i.detach() + neg_entropy).clamp_min(0.0)
 
     @torch.no_grad()
     def _sync_target(self) -> None:

@@ -32,7 +32,7 @@ class FastDQNConfig(FastConfig):
         "batch_size": Param(128, "transitions per gradient update", (int,), low=1),
         "training_intensity": Param(4.0, "samples consumed / samples generated (paper: DQN 8)", low=0.0,
                                     low_open=True, live=True),
-        "learning_starts": Param(1_000, "env steps (all envs) before the first update", (int,), low=0),
+        "learning_starts": Param(1_000, "transitions in the replay (all envs) before updates start", (int,), low=0),
         "target_update_period": Param(200, "gradient updates between hard target copies", (int,), low=1),
         "tau": Param(None, "Polyak target averaging per update instead of hard copies (None: hard)",
                      low=0.0, high=1.0, low_open=True, optional=True, live=True),
@@ -49,6 +49,8 @@ class FastDQNConfig(FastConfig):
         "v_max": Param(10.0, "C51 support maximum"),
         "noisy": Param(False, "factorised-Gaussian noisy layers for exploration", (bool,)),
         "noisy_sigma0": Param(0.5, "noisy layers' initial sigma0", low=0.0, low_open=True),
+        "noise_per_env": Param(True, "noisy nets: every env acts under its own noise draw (False: one draw shared "
+                               "by all envs per step)", (bool,)),
         "exploration": Param("schedule", "epsilon-greedy: one linear schedule, or a fixed Ape-X spread per env "
                              "('none' with noisy nets)", (str,), choices=("schedule", "per_env", "none")),
         "epsilon_initial": Param(1.0, "schedule start", low=0.0, high=1.0, live=True),

@@ -36,13 +36,15 @@ def resolve_rule(rule: str, num_atoms: int, noisy: bool, prioritized: bool) -> s
 
 
 def apply_rule(rule: str, batch_size: int, lr: float, adam_eps: Optional[float]) -> Tuple[float, float]:
-    """(lr, adam_eps) under ``rule``; ``adam_eps=None`` means Adam's default
-    unless the rule prescribes one."""
-    eps = 1e-8 if adam_eps is None else adam_eps
+    """(lr, adam_eps) under ``rule``. An ``adam_eps`` the user set wins over
+    the rule's; ``None`` means the rule's epsilon, or Adam's default 1e-8."""
+    def eps(rule_eps: float) -> float:
+        return rule_eps if adam_eps is None else adam_eps
+
     if rule == "dqn":
-        return dqn_lr(batch_size), eps
+        return dqn_lr(batch_size), eps(1e-8)
     if rule == "categorical":
-        return (4.2e-4 if batch_size >= 256 else lr), 0.01 / batch_size
+        return (4.2e-4 if batch_size >= 256 else lr), eps(0.01 / batch_size)
     if rule == "eps_rainbow":
-        return lr, 0.005 / batch_size
-    return lr, eps
+        return lr, eps(0.005 / batch_size)
+    return lr, eps(1e-8)

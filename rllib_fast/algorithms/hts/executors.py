@@ -72,6 +72,7 @@ class ExecutorGroupEnv(TensorVecEnv):
         self.single_state_space = getattr(p0, "single_state_space", None)  # the critic's states, if any
         self.max_episode_steps = getattr(p0, "max_episode_steps", None)
         self.normalize_obs_hint = getattr(p0, "normalize_obs_hint", None)
+        self.autoreset_mode = getattr(p0, "autoreset_mode", None)  # NEXT_STEP: resets one step late
         self.slices: List[slice] = []
         lo = 0
         for p in self.parts:

@@ -155,6 +155,9 @@ class PopulationAlgorithm(FastAlgorithm):
         for k in ("env_steps", "num_updates", "update_credit", "last_pbt", "pbt_rounds", "episodes_logged"):
             setattr(self, k, state[k])
 
+    def on_source_not_restored(self) -> None:
+        self.replay.cut_episodes()
+
     def apply_live_hyperparameters(self) -> None:
         """Trial-level config values that changed since last applied (Tune PBT
         across trials mutated them) go to every member; others keep per-member values."""
@@ -192,7 +195,9 @@ class PopulationAlgorithm(FastAlgorithm):
             self._rollout(cfg.rollout_length)
         self.log_env_steps(cfg.rollout_length * self.env.num_envs)
         n_updates = 0
-        if self.member_env_steps >= cfg.learning_starts:
+        # gated on what each member's replay holds too: a run restored without its replay
+        # (`checkpoint_replay=False`) refills before it learns again
+        if self.member_env_steps >= cfg.learning_starts and self.replay.buf.steps_stored * self.n >= cfg.learning_starts:
             self.update_credit += cfg.updates_per_step * self.n * cfg.rollout_length
             n_updates = int(self.update_credit)
             self.update_credit -= n_updates

@@ -39,6 +39,9 @@ class MemberReplay:
     def __len__(self) -> int:
         return len(self.buf)
 
+    def cut_episodes(self) -> None:
+        self.buf.cut_episodes()
+
     def add(self, obs, action, reward, terminated, done, next_obs, valid=None) -> None:
         self.buf.add(obs, action, reward, terminated, done, next_obs, valid)
         self.t_dev.add_(1)

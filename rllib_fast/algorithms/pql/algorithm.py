@@ -111,6 +111,9 @@ class _PQLFamily(FastAlgorithm):
         if self.states is not None and state.get("states") is not None:
             self.states = state["states"].to(self.device)
 
+    def on_source_not_restored(self) -> None:
+        self.actor.cut_episodes()
+
     def _log(self, env_steps: int, n_critic: float, n_policy: float, critic_m: torch.Tensor,
              policy_m: torch.Tensor) -> None:
         cfg = self.config

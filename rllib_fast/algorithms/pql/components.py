@@ -210,6 +210,12 @@ class ActorRole:
             self.emitted += self.N
         return out
 
+    def cut_episodes(self) -> None:
+        """End the in-flight n-step windows at the last step (see FastAlgorithm.on_source_not_restored)."""
+        self.aggregator.cut_episodes()
+        if self.state_aggregator is not None:
+            self.state_aggregator.cut_episodes()
+
     def state_dict(self) -> Dict[str, object]:
         s = {"policy": self.policy.state_dict(), "rms": self.rms.state_dict(),
              "aggregator": self.aggregator.state_dict(), "steps": self.steps, "emitted": self.emitted}
