@@ -189,12 +189,24 @@ DECISIONS = """## What the defaults are, and where they do not reach the thresho
   over 50k env steps and a C51 support of [-100, 100], which covers CartPole's (<= 100) and Acrobot's
   (>= -100) discounted returns and Atari's clipped ones; the paper's [-10, 10] leaves the classic
   tasks' returns off the support. The preset `preset("Rainbow", "CartPole")` narrows it to [0, 100].
+  Rainbow's noisy nets act with one noise draw per env (`noise_per_env`), and C51 priorities are the
+  KL divergence, as Rainbow prioritises. Rainbow's rows are measured with a 150 s cap: on CartPole
+  it learns steadily (training and greedy returns rise together, no collapse) but needs about
+  220k-300k env steps, and its per-update cost (noisy C51 heads, PER) holds it to ~3k env-steps/s on
+  one core, so no seed got there within 60 s. Per-env against shared draws made no clear
+  difference on CartPole within 60 s (best 255-283 against 197-295, candidates
+  "rainbow-noise-per-env" / "rainbow-shared-noise-kl", both measured while tests ran on the other
+  core); Acrobot went from 2/3 seeds within 60 s to 3/3 with per-env draws and KL priorities
+  together. Candidates that did not help within 60 s (seeds 0-2, before those two changes,
+  `benchmarks/results/defaults_candidates.json`): training intensity 2, batch 256, lr 1e-3, noisy
+  sigma0 0.1 (1/3 seeds with lr 1e-3 and sigma0 0.1 together).
 * **PQL / DDPGN / SACN**: the paper's settings, sized by `"auto"` from the env (batch 2N, replay
   1221N, [512, 256, 128] networks for observations of 16+ dims). They are built for thousands of GPU
   envs; on a CPU Pendulum they need more than the 60 s cap used here (DDPGN reaches -200 in 56 s,
   SACN stops at -204). `preset(algo, "Pendulum")` holds the CPU-sized settings.
-* **Populations (PopTD3, PopSAC, PopDQN, CEMRL, DvD)**: K = 8 members trained in one program; within
-  60 s on one core each member sees only a few thousand env steps. They are meant for a GPU, where
+* **Populations (PopTD3, PopSAC, PopDQN, CEMRL, DvD)**: K members trained in one program (K = 4 for
+  PopTD3/PopSAC/PopDQN, 10 for CEMRL, 5 for DvD); within 60 s on one core each member sees only a
+  few thousand env steps (PopTD3 runs at about 75 env-steps/s here). They are meant for a GPU, where
   the K members cost about one member's time (`benchmarks/population.py`).
 * **FastAPPO / FastA3C** ask for 8 / 4 learner processes by default (the papers' layouts) and are
   not run on this 2-core machine; `benchmarks/multi_learner.py` measures them with 1 and 2 learners.
