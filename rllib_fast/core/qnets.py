@@ -366,6 +366,8 @@ class QNetwork(nn.Module):
         self.value = _Stream(d, head_hidden, num_atoms, activation, noisy, sigma0) if dueling else None
         support = torch.linspace(v_min, v_max, num_atoms) if num_atoms > 1 else torch.zeros(1)
         self.register_buffer("support", support)
+        # resampled every act step and update: walking self.modules() each time costs more than the draws
+        self._noisy_layers = tuple(m for m in self.modules() if isinstance(m, NoisyLinear))
 
     def _head(self, obs: torch.Tensor, noise: Optional[bool]) -> torch.Tensor:
         """Raw head output ``[B, A, atoms]`` (dueling-aggregated; logits for C51)."""
@@ -398,6 +400,5 @@ class QNetwork(nn.Module):
     def reset_noise(self, rows: Optional[int] = None) -> None:
         """Resample every NoisyLinear's noise: shared by the batch, or per row of
         a ``rows``-row batch (no-op without noisy layers)."""
-        for m in self.modules():
-            if isinstance(m, NoisyLinear):
-                m.reset_noise(rows)
+        for m in self._noisy_layers:
+            m.reset_noise(rows)
