@@ -154,8 +154,12 @@ def test_lr_in_effect_is_kept_unless_the_configured_lr_changes():
         adapted = _lr(algo)
         assert adapted != algo.config.lr
         state = algo.get_state()
-        # a reset_config that mutates another live key keeps the adapted lr
+        # a reused actor (reset_config) starts the trial fresh, at the configured lr; the
+        # restore that follows for a trial with a checkpoint (PBT's exploit) brings back
+        # the lr in effect when the configured lr is the one the state was trained under
         algo.reset_config({**algo.config.to_dict(), "clip_param": 0.25})
+        assert _lr(algo) == algo.config.lr
+        algo.set_state(state)
         assert _lr(algo) == adapted
         # restoring the state into the same config: the saved lr in effect
         algo.set_lr(1.0)

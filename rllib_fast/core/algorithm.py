@@ -587,40 +587,34 @@ class FastAlgorithm(Algorithm):
                                       "it is incomplete or corrupted") from err
 
     def reset_config(self, new_config: Mapping[str, Any]) -> bool:
-        """Reuse this actor for another trial config (Tune PBT ``reuse_actors``).
+        """Reuse this actor for another trial (Tune's ``reuse_actors``).
 
-        Live keys (lr, gamma, ...) are applied in place; a structural change
-        (num_envs, network sizes, env, ...) rebuilds env and modules. Either way
-        the actor is reusable, so this returns True.
+        The actor starts that trial exactly as a fresh actor built from
+        ``new_config`` would: env, modules, optimizers, replay, counters and
+        RNG streams are rebuilt. Tune restores the trial's checkpoint afterwards
+        when it has one (PBT's exploit); a trial that has none (a new trial
+        handed a cached actor) must not continue the previous trial's training,
+        even when only live keys such as ``lr`` differ. What reuse saves is the
+        process and its start-up (imports, Ray actor, compiled kernels), not
+        the env build. Returns True: the actor is always reusable.
         """
         if isinstance(new_config, AlgorithmConfig):
             new_config = new_config.to_dict()
         cfg = self.get_default_config().update_from_dict(dict(new_config))
         cfg.validate()
-        spec = cfg.hyperparameter_spec()
-        old = self._built_config
-        structural = [k for k, p in spec.items() if not p.live and getattr(cfg, k) != getattr(old, k)]
-        if cfg.env != old.env or cfg.env_config != old.env_config or cfg.seed != old.seed:
-            structural.append("env")
         cfg.freeze()
         self.config = self._built_config = cfg
         self.evaluation_config = cfg.get_evaluation_config_object()
         self.evaluation_config.validate()
         self.evaluation_config.freeze()
-        # A new trial counts from zero, like a fresh actor; the logger exists before a
+        # A new trial counts from zero, like a fresh actor; the logger exists before the
         # rebuild so what build() logs (start-up decorrelation env steps) is counted.
         self.metrics = MetricsLogger(root=True, stats_cls_lookup=cfg.stats_cls_lookup)
-        if structural:
-            logger.info("reset_config: rebuilding for changed %s", structural)
-            self._close_data_parallel()
-            self.env.close()
-            if self._eval_env is not None:
-                self._eval_env.close()
-            self._build_all()
-        else:
-            self.apply_live_hyperparameters()
-            if self._dp_group is not None:  # learners 1..L-1 take the same config
-                self._dp_group.reset_config(cfg)
+        self._close_data_parallel()
+        self.env.close()
+        if self._eval_env is not None:
+            self._eval_env.close()
+        self._build_all()
         return True
 
     @classmethod

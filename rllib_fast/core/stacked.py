@@ -254,9 +254,15 @@ def per_member_grad_norm(grads: Iterable[torch.Tensor]) -> torch.Tensor:
     return sq.sqrt()
 
 
-def clip_grads_per_member(grads: List[torch.Tensor], max_norm: torch.Tensor) -> List[torch.Tensor]:
-    """Clip each member's global gradient norm to ``max_norm`` (``[K]`` or scalar); no host sync."""
+def clip_grads_per_member(grads: List[torch.Tensor], max_norm: torch.Tensor,
+                          pairs: Optional[int] = None) -> List[torch.Tensor]:
+    """Clip each member's global gradient norm to ``max_norm`` (``[K]`` or scalar); no host sync.
+
+    ``pairs=P``: the stack holds ``2P`` members where ``m`` and ``P + m`` are one
+    learner's two nets (twin critics); their norm is taken together."""
     norm = per_member_grad_norm(grads)
+    if pairs is not None:
+        norm = (norm[:pairs].square() + norm[pairs:].square()).sqrt().repeat(2)
     coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
     return [g * coef.view(-1, *([1] * (g.dim() - 1))) for g in grads]
 

@@ -201,6 +201,22 @@ def test_pbt_replaces_floor_fraction_members_with_hyperparameters_inside_the_pri
     assert torch.equal(algo.actor_opt.lr, algo.hp["actor_lr"])
 
 
+def test_pbt_perturbations_stay_inside_what_each_key_allows():
+    """A ``* 1.2`` perturbation of gamma near 1 must not leave [0, 1] (the
+    Bellman target would diverge); perturbations beyond the prior are allowed."""
+    algo = tiny(population_size=4, pbt_interval=10, pbt_init="sample", learning_starts=0,
+                pbt_resample_probability=0.0, pbt_perturbation_factors=[1.2]).build_algo()
+    algo.train()
+    assert "gamma" in algo.mutations
+    algo.hp["gamma"].fill_(0.99)
+    algo.returns.ring[:, 0] = torch.tensor([-5.0, -1.0, -8.0, -2.0], dtype=torch.float64)
+    algo.returns.filled.fill_(1)
+    info = algo.pbt_round()
+    for m in info["replaced"]:
+        assert float(algo.hp["gamma"][m]) == 1.0              # 0.99 * 1.2, held at the bound
+    algo.stop()
+
+
 def test_pbt_runs_inside_training_and_reports_members():
     algo = tiny(population_size=4, pbt_interval=10, pbt_fraction=0.25, learning_starts=0).build_algo()
     r = None

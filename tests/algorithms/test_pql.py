@@ -105,7 +105,9 @@ def test_sequential_baselines_resume_bit_exactly(tmp_path, cfg_cls):
         fresh.stop()
 
 
-def test_pbt_reuse_applies_live_keys_in_place_and_rebuilds_structural():
+def test_reused_actor_rebuilds_for_live_and_structural_changes():
+    """Tune's reuse_actors: the actor starts the new trial as a fresh one (its
+    old learner threads stopped), whether only live keys or the structure changed."""
     algo = _config(PQLConfig, n=8, hidden_sizes=[16], batch_size=32, steps_per_iteration=10).build_algo()
     try:
         algo.train()
@@ -113,9 +115,11 @@ def test_pbt_reuse_applies_live_keys_in_place_and_rebuilds_structural():
         new = algo.config.to_dict()
         new.update(lr=3e-4, tau=0.01)
         assert algo.reset_config(new) is True
-        assert algo.backend is backend and algo.live.lr == 3e-4 and algo.live.tau == 0.01
+        assert algo.backend is not backend and not any(t.is_alive() for t in backend.threads)
+        assert algo.live.lr == 3e-4 and algo.live.tau == 0.01 and algo.actor.emitted == 0
         algo.train()
         assert algo.v.optimizer.param_groups[0]["lr"] == 3e-4
+        backend = algo.backend
         new.update(hidden_sizes=[24])
         assert algo.reset_config(new) is True
         assert algo.backend is not backend and not any(t.is_alive() for t in backend.threads)
@@ -204,3 +208,58 @@ def test_variants_train(cls, kw):
             assert math.isfinite(r["entropy"]) and algo.p.policy.log_alpha.item() != math.log(0.1)
     finally:
         algo.stop()
+
+
+def test_pause_waits_for_a_learner_that_parked_late():
+    """A learner that saw `running` unset just before resume() sets its parked flag
+    after it; that stale flag must not let the next pause() return while the learner
+    is inside update() (the driver then ingests into the replay and snapshots weights)."""
+    import threading
+    import time
+    import types
+
+    from rllib_fast.algorithms.pql.thread_backend import ThreadBackend
+    from rllib_fast.core.ratio import RatioController
+
+    active = {"n": 0}
+
+    class Learner:
+        device, updates = torch.device("cpu"), 0
+
+        def ready(self):
+            return True
+
+        def add(self, batch):
+            pass
+
+        def set_stats(self, stats):
+            pass
+
+        def update(self):
+            active["n"] += 1
+            time.sleep(0.3)
+            self.updates += 1
+            active["n"] -= 1
+
+    policy = torch.nn.Linear(1, 1)
+    algo = types.SimpleNamespace(
+        v=Learner(), p=Learner(), actor=types.SimpleNamespace(policy=policy),
+        controller=RatioController(("actor", "critic", "policy"), [("actor", "critic", 1 / 8), ("policy", "critic", .5)]),
+        config=types.SimpleNamespace(weight_sync_every=10 ** 9))
+    algo.p.policy = policy
+    backend = ThreadBackend(algo)
+    try:
+        time.sleep(0.3)                                   # both learners parked
+        plain_set = threading.Event.set
+        for e in backend.parked.values():                 # the park lands late: after resume()
+            e.set = (lambda ev: (lambda: (time.sleep(0.15), plain_set(ev))))(e)
+        time.sleep(0.12)
+        backend.resume()
+        for e in backend.parked.values():
+            e.set = (lambda ev: (lambda: plain_set(ev)))(e)
+        time.sleep(0.2)
+        assert active["n"] > 0                            # the learners work ...
+        backend.pause()
+        assert active["n"] == 0                           # ... and pause() waited for them
+    finally:
+        backend.close()

@@ -91,9 +91,14 @@ def test_population_cuts_its_replay(tmp_path):
     algo = cfg.build_algo()
     algo.train()
     path = algo.save_to_path(str(tmp_path / "c"))
-    restored, live_obs, _ = _restore_into_fresh(cfg, path)
+    fresh = cfg.build_algo()
+    live_obs, live_len = fresh.obs.clone(), fresh.returns.len.clone()
+    fresh.restore_from_path(path)
+    restored = fresh
     buf = restored.replay.buf
     assert torch.equal(restored.obs, live_obs)
+    # fitness: the members' running episode lengths/returns are the live episodes', not the checkpoint's
+    assert torch.equal(restored.returns.len, live_len) and not torch.equal(live_len, algo.returns.len)
     assert buf.t == algo.replay.buf.t and buf.data["done"][(buf.t - 1) % buf.C].all()
     restored.train()
     algo.stop(); restored.stop()

@@ -184,3 +184,20 @@ def test_member_slice_forward_equals_that_slice_of_the_full_forward(layer_norm):
         assert torch.equal(a, b)
     shared = net(x[:1], members=slice(0, K))          # one input for every member of the slice
     assert torch.equal(shared, net(x[:1].expand(K, 7, 5), members=slice(0, K)))
+
+
+def test_twin_critic_gradients_are_clipped_jointly_per_member():
+    """Q1 of member m (slot m) and Q2 (slot P + m) are one learner's critics: a
+    single agent clips their joint norm, so the stack must too (same direction)."""
+    from rllib_fast.core.stacked import clip_grads_per_member
+
+    torch.manual_seed(0)
+    P = 3
+    grads = [torch.randn(2 * P, 4, 5) * 10, torch.randn(2 * P, 5) * 10]
+    clipped = clip_grads_per_member(grads, torch.tensor(1.0), pairs=P)
+    sq = sum(g.reshape(2 * P, -1).square().sum(1) for g in clipped)
+    joint = (sq[:P] + sq[P:]).sqrt()
+    torch.testing.assert_close(joint, torch.ones(P))
+    for m in range(P):   # one coefficient for both nets of a member
+        ratio = clipped[0][m] / grads[0][m]
+        torch.testing.assert_close(clipped[0][P + m] / grads[0][P + m], ratio)

@@ -108,7 +108,7 @@ class PopActorCritic(PopulationAlgorithm):
 
     def critic_step(self, b: Dict[str, torch.Tensor], y: torch.Tensor) -> None:
         grads = torch.autograd.grad(self.critic_loss(b, y), self.critic_params)
-        self.critic_opt.step(self.clip(grads))
+        self.critic_opt.step(self.clip(grads, twins=True))
 
     @torch.no_grad()
     def critic_soft_update(self, tau: torch.Tensor) -> None:
@@ -118,7 +118,11 @@ class PopActorCritic(PopulationAlgorithm):
         for p, t in zip(self.critic.parameters(), self.critic_t.parameters()):
             t.add_(_b(ctau, p) * (p - t))
 
-    def clip(self, grads):
+    def clip(self, grads, twins: bool = False):
+        """Each member's global gradient norm clipped to ``grad_clip``. ``twins``:
+        the critic stack holds Q1 of member m at m and Q2 at Kc + m; a member's
+        norm is then over both, as a single agent clips its twin critics jointly."""
         if self.config.grad_clip is None:
             return grads
-        return clip_grads_per_member(list(grads), torch.tensor(self.config.grad_clip, device=self.device))
+        max_norm = torch.tensor(self.config.grad_clip, device=self.device)
+        return clip_grads_per_member(list(grads), max_norm, pairs=self.Kc if twins else None)

@@ -158,6 +158,16 @@ class PopulationAlgorithm(FastAlgorithm):
     def on_source_not_restored(self) -> None:
         self.replay.cut_episodes()
 
+    # members' fitness comes from `self.returns`: its running returns belong to the live episodes too
+    def _live_episodes(self) -> Dict[str, Any]:
+        return {**super()._live_episodes(), "member_returns": (self.returns.ret.clone(), self.returns.len.clone())}
+
+    def _keep_live_episodes(self, live: Dict[str, Any]) -> None:
+        super()._keep_live_episodes(live)
+        ret, length = live["member_returns"]
+        self.returns.ret.copy_(ret)
+        self.returns.len.copy_(length)
+
     def apply_live_hyperparameters(self) -> None:
         """Trial-level config values that changed since last applied (Tune PBT
         across trials mutated them) go to every member; others keep per-member values."""
@@ -266,11 +276,12 @@ class PopulationAlgorithm(FastAlgorithm):
         for k in self.hp.names:                                  # inherit, then explore
             self.hp[k][dst] = self.hp[k][src].clone()
         g = self.host_rng
+        spec = cfg.hyperparameter_spec()
         for m in bottom.tolist():
             for k, dist in self.mutations.items():
                 value, _ = M.explore(float(self.hp[k][m]), dist, g, cfg.pbt_resample_probability,
                                      cfg.pbt_perturbation_factors)
-                self.hp[k][m] = float(value)
+                self.hp[k][m] = M.within(float(value), spec.get(k))
         self.optimizer_hparams()
         self.returns.reset_members(dst)
         self.last_pbt_info = {"replaced": bottom.tolist(), "donors": donors.tolist()}

@@ -105,6 +105,21 @@ def explore(value: Any, dist, rng: np.random.Generator, resample_probability: fl
         f"* {factor}"
 
 
+def within(value: float, param: Any) -> float:
+    """``value`` held inside what the key's ``Param`` allows: a perturbation
+    (``* 1.2``) of gamma 0.99 must not leave [0, 1], where the Bellman target
+    diverges. Closed bounds clamp to the bound, open ones to just inside it.
+    The prior's range is not a bound (as in Tune's PBT, perturbations may
+    explore beyond it)."""
+    if param is None:
+        return value
+    if param.low is not None:
+        value = max(value, param.low if not param.low_open else math.nextafter(param.low, math.inf))
+    if param.high is not None:
+        value = min(value, param.high if not param.high_open else math.nextafter(param.high, -math.inf))
+    return value
+
+
 def bounds(dist) -> Tuple[Optional[float], Optional[float]]:
     """(lower, upper) of a spec, for tests and docs (None when unknown)."""
     if isinstance(dist, list):

@@ -255,7 +255,7 @@ class PQLConfig(PQLFamilyConfig):
                                  lambda v: v == "auto" or (isinstance(v, (int, float)) and v > 0),
                                  "'auto' or a positive number")),
         "ratio_slack": Param("auto", "allowed lead in critic updates before a component waits "
-                             "('auto': 2*beta_av)", (str, float), check=(
+                             "('auto': 2*beta_av, at least the smallest slack that cannot deadlock)", (str, float), check=(
                                  lambda v: v == "auto" or (isinstance(v, (int, float)) and v > 0),
                                  "'auto' or a positive number")),
         "max_wait_s": Param(1.0, "longest a component waits for another before proceeding anyway", low=0.0,
@@ -268,8 +268,21 @@ class PQLConfig(PQLFamilyConfig):
 
         super().__init__(algo_class=algo_class or PQL)
 
+    def min_slack(self) -> float:
+        """The smallest slack with which no two components wait for each other.
+
+        For a constraint whose leading side moves the balance by ``b`` critic
+        updates per unit (the Actor: ``beta_av``; the P-learner: ``beta_pv``)
+        and the critic by 1, both sides block at once when
+        ``slack - b < balance < 1 - slack``, which is possible unless
+        ``2 * slack >= 1 + b``; and one step of the leading side must fit
+        (``slack >= b``)."""
+        return max(max(b, (1.0 + b) / 2.0) for b in (self.beta_av, self.beta_pv))
+
     def resolved_slack(self) -> float:
-        return 2.0 * self.beta_av if self.ratio_slack == "auto" else float(self.ratio_slack)
+        if self.ratio_slack == "auto":
+            return max(2.0 * self.beta_av, self.min_slack())
+        return float(self.ratio_slack)
 
     def resolved_depth(self) -> float:
         return 4.0 * self.resolved_slack() if self.ratio_depth == "auto" else float(self.ratio_depth)
@@ -280,10 +293,10 @@ class PQLConfig(PQLFamilyConfig):
             self._value_error(f"{type(self).__name__}: `ray_transport` = {self.ray_transport!r} applies only to "
                               f"backend='ray' (got backend={self.backend!r}); allowed: backend='ray', or "
                               f"ray_transport='object_store'")
-        if self.ratio_slack != "auto" and self.ratio_slack < max(self.beta_av, self.beta_pv):
-            self._value_error(f"{type(self).__name__}: `ratio_slack` = {self.ratio_slack} is smaller than one "
-                              f"Actor step (beta_av = {self.beta_av} critic updates); allowed: >= "
-                              f"{max(self.beta_av, self.beta_pv)}")
+        if self.ratio_slack != "auto" and self.ratio_slack < self.min_slack():
+            self._value_error(f"{type(self).__name__}: `ratio_slack` = {self.ratio_slack} lets the critic and "
+                              f"another component wait for each other (beta_av = {self.beta_av}, beta_pv = "
+                              f"{self.beta_pv}); allowed: 'auto' or >= {self.min_slack():g}")
         if self.ratio_depth != "auto" and self.ratio_depth < self.resolved_slack():
             self._value_error(f"{type(self).__name__}: `ratio_depth` = {self.ratio_depth} must be >= the slack "
                               f"({self.resolved_slack()}); allowed: 'auto' or >= {self.resolved_slack()}")

@@ -122,16 +122,18 @@ class PQLLearnerHost(LearnerActor):
 
     # -- control ---------------------------------------------------------------
     def resume(self) -> bool:
-        self.parked.clear()
-        self.halt.clear()
+        self.halt.clear()                      # `parked` is cleared by pause() (see ThreadBackend.resume)
         self.running.set()
         return True
 
     def pause(self) -> Dict[str, Any]:
+        if not self.error:                     # a failed loop's flag stays set (it will not park again)
+            self.parked.clear()                # before `running`: only a park seen after this counts
         self.running.clear()
         self.halt.set()
         self.gate.set_limit(self.gate.limit)   # wake a waiter
-        self.parked.wait(60)
+        if not self.parked.wait(60) and not self.error:
+            raise RuntimeError(f"PQL {self.role} learner did not pause within 60 s")
         self._ingest()
         self._adopt()
         if self.error:

@@ -77,8 +77,9 @@ class ThreadBackend:
         self.algo.controller.wait_caught_up("actor")
 
     def resume(self) -> None:
-        for e in self.parked.values():
-            e.clear()
+        # `parked` is cleared by pause(), not here: a learner that saw `running` unset
+        # just before this call may still set its flag afterwards, and a flag cleared
+        # here could then read as "parked" at the next pause while the learner works
         self.halt.clear()
         self.running.set()
 
@@ -86,6 +87,9 @@ class ThreadBackend:
         """Park both learner threads, then drain what they have not ingested
         and bring the Actor's policy up to date (all from this thread, safe
         because the learners are parked)."""
+        if not self.errors:              # a failed learner's flag stays set (it will not park again)
+            for e in self.parked.values():   # before `running`: only a park seen after this counts
+                e.clear()
         self.running.clear()
         self.halt.set()
         ctl = self.algo.controller
