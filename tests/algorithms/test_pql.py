@@ -263,3 +263,30 @@ def test_pause_waits_for_a_learner_that_parked_late():
         assert active["n"] == 0                           # ... and pause() waited for them
     finally:
         backend.close()
+
+
+def test_restore_without_replay_refills_before_the_ratios_bind():
+    """A restore without the replays: the learners are not ready until the Actor
+    refills learning_starts transitions, and an armed controller would hold the
+    Actor at its gate for max_wait_s on almost every step meanwhile."""
+    import tempfile
+
+    cfg = _config(PQLConfig, n=8, hidden_sizes=[16], batch_size=32, steps_per_iteration=10)
+    algo = cfg.build_algo()
+    try:
+        for _ in range(3):
+            algo.train()
+        assert algo.controller.armed
+        path = algo.save_to_path(tempfile.mkdtemp())
+    finally:
+        algo.stop()
+    fresh = cfg.build_algo()
+    try:
+        fresh.restore_from_path(path)
+        assert not fresh.controller.armed and fresh.arm_at == fresh.actor.emitted + fresh.learning_starts
+        r = fresh.train()["learners"]["default_policy"]
+        assert r["wait_overrides"] == 0
+        while not fresh.controller.armed:
+            fresh.train()
+    finally:
+        fresh.stop()

@@ -232,6 +232,7 @@ class PQL(_PQLFamily):
 
     def build_roles(self) -> None:
         cfg, N = self.config, self.env.num_envs
+        self.arm_at = self.learning_starts   # Actor transitions after which the ratios are enforced
         self.controller = RatioController(
             ("actor", "critic", "policy"),
             [("actor", "critic", 1.0 / cfg.beta_av), ("policy", "critic", 1.0 / cfg.beta_pv)],
@@ -275,11 +276,19 @@ class PQL(_PQLFamily):
 
     def set_state(self, state: Dict[str, Any]) -> None:
         super().set_state(state)
+        # Restored without replays: the learners are not ready until the Actor has refilled
+        # learning_starts transitions. An armed controller would hold the Actor at its gate
+        # for max_wait_s on almost every step meanwhile (nobody ticks to release it).
+        self.arm_at = self.learning_starts
+        if not self.config.checkpoint_replay:
+            self.controller.arm(False)
+            self.arm_at = self.actor.emitted + self.learning_starts
         if self.config.backend == "thread":
             load_snapshot(self.actor.policy, snapshot(self.p.policy))
             self.backend.policy_box.put(snapshot(self.p.policy))
             self.backend.critic_box.put(snapshot(self.v.critic))
         else:
+            self.backend.discard_pending()
             self.backend.pause()
 
     def apply_live_hyperparameters(self) -> None:
@@ -302,7 +311,7 @@ class PQL(_PQLFamily):
                 if batch is not None:
                     be.push(batch, self._stats_copy())
                 ctl.tick("actor")
-                if not ctl.armed and self.actor.emitted >= self.learning_starts:
+                if not ctl.armed and self.actor.emitted >= self.arm_at:
                     ctl.arm()
             # end balanced: the learners finish the work this iteration's env steps owe
             be.wait_caught_up()

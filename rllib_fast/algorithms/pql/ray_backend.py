@@ -391,6 +391,14 @@ class RayBackend:
     def resume(self) -> None:
         ray.get([h.resume.remote() for h in self.hosts.values()])
 
+    def discard_pending(self) -> None:
+        """Drop what waits for the next exchange: transitions of the run before a
+        restore and the other role's weights from then. The restored roles hold
+        their own copies of each other's networks; delivering these would
+        overwrite them with pre-restore weights until the next exchange."""
+        self.pending = {r: [] for r in self.ROLES}
+        self.pending_weights = {r: None for r in self.ROLES}
+
     def pause(self) -> None:
         # harvest what is in flight, deliver what is pending, then park both loops
         for role in self.ROLES:
