@@ -201,6 +201,20 @@ def test_pbt_replaces_floor_fraction_members_with_hyperparameters_inside_the_pri
     assert torch.equal(algo.actor_opt.lr, algo.hp["actor_lr"])
 
 
+def test_pbt_waits_until_every_member_has_a_fitness():
+    """A member without a finished episode (since the start or its last exploit)
+    has no fitness: ranking it last would replace it before it could show anything."""
+    algo = tiny(population_size=4, pbt_interval=10, learning_starts=0).build_algo()
+    algo.train()
+    algo.returns.ring[:, 0] = torch.tensor([-5.0, -1.0, -8.0, -2.0], dtype=torch.float64)
+    algo.returns.filled.copy_(torch.tensor([1, 1, 0, 1]))    # member 2: no finished episode
+    rounds = algo.pbt_rounds
+    assert algo.pbt_round() == {} and algo.pbt_rounds == rounds
+    algo.returns.filled.fill_(1)
+    assert algo.pbt_round()["replaced"] and algo.pbt_rounds == rounds + 1
+    algo.stop()
+
+
 def test_pbt_perturbations_stay_inside_what_each_key_allows():
     """A ``* 1.2`` perturbation of gamma near 1 must not leave [0, 1] (the
     Bellman target would diverge); perturbations beyond the prior are allowed."""
@@ -218,9 +232,13 @@ def test_pbt_perturbations_stay_inside_what_each_key_allows():
 
 
 def test_pbt_runs_inside_training_and_reports_members():
-    algo = tiny(population_size=4, pbt_interval=10, pbt_fraction=0.25, learning_starts=0).build_algo()
-    r = None
-    for _ in range(3):
+    """Rounds run once every member has a fitness (a finished episode): with a
+    20-step time limit, from the third iteration of 10 steps on."""
+    cfg = tiny(population_size=4, pbt_interval=10, pbt_fraction=0.25, learning_starts=0)
+    algo = cfg.environment("Pendulum", env_config={"max_episode_steps": 20}).build_algo()
+    r = algo.train()
+    assert r["population"]["pbt_rounds"] == 0              # no member has finished an episode yet
+    for _ in range(5):
         r = algo.train()
     assert r["population"]["pbt_rounds"] >= 2
     assert set(f"member_{m}" for m in range(4)) <= set(r["population"])
@@ -418,6 +436,8 @@ def test_in_trial_pbt_shifts_list_valued_mutations_to_a_neighbour():
                 hyperparam_mutations={"gamma": gammas}).build_algo()
     for _ in range(5):
         algo.hp["gamma"].fill_(0.995)
+        algo.returns.ring[:, 0] = torch.arange(8, dtype=torch.float64)   # every member has a fitness
+        algo.returns.filled.fill_(1)
         info = algo.pbt_round()
         assert len(info["replaced"]) == 4
         for m in info["replaced"]:

@@ -265,6 +265,12 @@ class PopulationAlgorithm(FastAlgorithm):
         """Exploit (copy the donors' slices) and explore (new hyperparameters) once."""
         cfg = self.config
         fitness = self.returns.fitness().cpu().numpy()
+        if np.isnan(fitness).any():
+            # A member without a finished episode (since the start or its last exploit) has
+            # no fitness; ranking it last would replace it again before it could show
+            # anything, and let the truly worst member escape. The round waits (it is
+            # retried every iteration until every member has one).
+            return {}
         bottom, donors = self.select(fitness)
         self.last_pbt = self.num_updates
         self.pbt_rounds += 1
