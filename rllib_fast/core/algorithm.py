@@ -9,7 +9,7 @@ contract, which we honour here so subclasses only write the algorithm:
 * ``config.build_algo().train()``, ``tune.Tuner("FastPPO")``, ``tune.run``;
 * checkpoints (``save_to_path``/``Algorithm.from_checkpoint``/Tune), with the
   env, RNG and episode trackers included so a restore continues identically;
-* ``reset_config`` for PBT actor reuse, re-applying live hyperparameters;
+* ``reset_config`` for Tune's actor reuse (a rebuild: the new trial starts fresh);
 * ``evaluate()`` on a separate env, the standard metric keys, GPU resource
   requests and ``get_module()``.
 
@@ -414,7 +414,7 @@ class FastAlgorithm(Algorithm):
     # optimizers and is re-applied only when its value changes (a PBT mutation,
     # a user edit), never merely because the config was re-applied. An lr the
     # algorithm adapted itself (FastPPO's adaptive-KL lr) therefore survives a
-    # restore and a reset_config that leaves the lr keys alone.
+    # restore that leaves the lr keys alone.
     def configured_lr(self) -> float:
         """The learning rate the config prescribes. Reads ``self.config``,
         the trial's config (``num_envs`` is the total over learners)."""

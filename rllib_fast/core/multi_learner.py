@@ -9,8 +9,8 @@ FastA2C's sqrt rule) is therefore the same on all learners, and each steps its
 share ``num_envs / L`` of the envs (``FastAlgorithm.local_num_envs``). It joins
 the torch.distributed group (gloo on CPU, NCCL on CUDA) and receives learner
 0's parameters and statistics, after which every update is identical on all
-learners. A config change (``reset_config``, PBT with ``reuse_actors``) goes
-to every learner.
+learners. A reused trial actor (``reset_config``) rebuilds the whole group
+from the new config.
 
 Actors ask Ray for ``num_cpus_per_learner``/``num_gpus_per_learner``; inside a
 Tune trial they land in the trial's placement group (see
@@ -114,15 +114,6 @@ class RemoteLearner(LearnerActor):
         algo.metrics.reduce()  # nobody reads a remote learner's metrics; keep them from accumulating
         return episode_report(algo.tracker)
 
-    def reset_config(self, config_state: Dict[str, Any]) -> bool:
-        """Take the trial's new config, as learner 0 did (its live keys applied
-        in place; learner 0 rebuilds the group itself on a structural change)."""
-        cfg = learner_config(self.algo_cls.get_default_config().from_state(config_state), self.rank)
-        # Only changes that keep the env are forwarded here; a callable env arrives
-        # re-pickled (a new object comparing unequal), which must not read as a new env.
-        cfg.env = self.algo.config.env
-        return self.algo.reset_config(cfg)
-
     def parameter_vector(self) -> torch.Tensor:
         return torch.cat([t.detach().reshape(-1).double().cpu() for t in module_tensors(self.algo.module)])
 
@@ -157,11 +148,6 @@ class DataParallelGroup:
 
     def set_states(self, states: List[Dict[str, Any]]) -> None:
         ray.get([w.set_state.remote(s) for w, s in zip(self.remotes, states)])
-
-    def reset_config(self, config: Any) -> None:
-        """Give learners 1..L-1 the trial's new config (learner 0 has it)."""
-        state = config.get_state()
-        ray.get([w.reset_config.remote(state) for w in self.remotes])
 
     def parameter_vectors(self) -> List[torch.Tensor]:
         return ray.get([w.parameter_vector.remote() for w in self.remotes])

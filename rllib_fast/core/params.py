@@ -25,7 +25,7 @@ class Param:
     ``choices``: the allowed values (for strings/enums).
     ``optional``: None is allowed (means "off").
     ``live``: may change between iterations without rebuilding the algorithm
-    (PBT's ``reset_config`` applies it in place).
+    (a restore under a PBT-mutated config applies it in place).
     ``check``: extra predicate with its description, e.g. (``is_pos_list``, "a list of positive ints").
     """
 

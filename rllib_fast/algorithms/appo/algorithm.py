@@ -172,7 +172,7 @@ class AsyncDriver(OnPolicyAlgorithm):
             ray.get([w.apply_live_config.remote(live) for w in self._learners])
 
     def _close_data_parallel(self) -> None:
-        """Stop learners and the store (also on a structural ``reset_config``)."""
+        """Stop learners and the store (also when ``reset_config`` rebuilds)."""
         super()._close_data_parallel()
         learners, self._learners = getattr(self, "_learners", []), []
         close_actors(learners)

@@ -160,13 +160,11 @@ class PopulationAlgorithm(FastAlgorithm):
 
     # members' fitness comes from `self.returns`: its running returns belong to the live episodes too
     def _live_episodes(self) -> Dict[str, Any]:
-        return {**super()._live_episodes(), "member_returns": (self.returns.ret.clone(), self.returns.len.clone())}
+        return {**super()._live_episodes(), "member_returns": self.returns.in_flight()}
 
     def _keep_live_episodes(self, live: Dict[str, Any]) -> None:
         super()._keep_live_episodes(live)
-        ret, length = live["member_returns"]
-        self.returns.ret.copy_(ret)
-        self.returns.len.copy_(length)
+        self.returns.set_in_flight(live["member_returns"])
 
     def apply_live_hyperparameters(self) -> None:
         """Trial-level config values that changed since last applied (Tune PBT
@@ -205,9 +203,9 @@ class PopulationAlgorithm(FastAlgorithm):
             self._rollout(cfg.rollout_length)
         self.log_env_steps(cfg.rollout_length * self.env.num_envs)
         n_updates = 0
-        # gated on what each member's replay holds too: a run restored without its replay
-        # (`checkpoint_replay=False`) refills before it learns again
-        if self.member_env_steps >= cfg.learning_starts and self.replay.buf.steps_stored * self.n >= cfg.learning_starts:
+        # gated on what each member's replay holds, not on env steps: a run restored without
+        # its replay (`checkpoint_replay=False`) refills before it learns again
+        if self.replay.buf.steps_stored * self.n >= cfg.learning_starts:
             self.update_credit += cfg.updates_per_step * self.n * cfg.rollout_length
             n_updates = int(self.update_credit)
             self.update_credit -= n_updates

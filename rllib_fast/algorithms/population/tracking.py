@@ -26,6 +26,15 @@ class MemberReturns:
         self.filled = torch.zeros(K, dtype=torch.int64, device=device)
         self.episodes = torch.zeros(K, dtype=torch.int64, device=device)
 
+    def in_flight(self) -> dict:
+        """The per-env accumulators of the episodes running now (copies), as
+        ``EpisodeTracker.in_flight``."""
+        return {"ret": self.ret.clone(), "len": self.len.clone()}
+
+    def set_in_flight(self, state: dict) -> None:
+        self.ret.copy_(state["ret"])
+        self.len.copy_(state["len"])
+
     def update(self, reward: torch.Tensor, done: torch.Tensor, valid: Optional[torch.Tensor] = None) -> None:
         """Account one step of all ``K*n`` envs."""
         r = reward.double().view(self.K, self.n)
