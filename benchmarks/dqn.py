@@ -12,7 +12,7 @@ Three parts, every arm in its own child process, one after another (see
    on gymnasium ``CartPole-v1``; SB3's DQN the rl-baselines3-zoo ``dqn.yml``
    CartPole-v1 entry.
 2. **MinAtar Breakout** (fixed wall-clock budget): every arm trains for
-   ``--minatar-budget`` seconds (default 180; the issue's protocol is 600) and
+   ``--minatar-budget`` seconds (default 180; the full protocol is 600) and
    reports the 100-episode mean score at the end of the budget (and the best
    seen). The same game settings everywhere: MinAtar's defaults (sticky actions
    0.1, difficulty ramping) and the minimal action set (3 actions).
@@ -23,7 +23,7 @@ Three parts, every arm in its own child process, one after another (see
 
     python benchmarks/dqn.py --quick                     # smoke run, ~4 min, output in a temp dir
     python benchmarks/dqn.py --seeds 0                   # full run, ~25 min on 2 cores
-    python benchmarks/dqn.py --minatar-budget 600 --arms minatar   # the issue's 10-minute MinAtar protocol
+    python benchmarks/dqn.py --minatar-budget 600 --arms minatar   # the 10-minute MinAtar protocol
     python benchmarks/dqn.py --arms fastdqn,sb3 --seeds 0,1,2
     python benchmarks/dqn.py --list
     python benchmarks/dqn.py --replot benchmarks/results/dqn.json
@@ -678,7 +678,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--cartpole-budget", type=float, default=None, help="time cap per CartPole arm, s "
                    "(default 180; --budget is an alias)")
     p.add_argument("--minatar-budget", type=float, default=180.0, help="fixed training time per MinAtar arm, s "
-                   "(default %(default)s; the issue's protocol: 600)")
+                   "(default %(default)s; the full protocol: 600)")
     p.add_argument("--inference-s", type=float, default=1.0, help="measured seconds per (env, N, mode) point")
     args = p.parse_args(argv)
     arms = all_arms()

@@ -460,7 +460,7 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
 
 
 def _goals(rows: List[Dict[str, Any]], raw: Dict[int, Any], busy: Dict[int, Any]) -> List[str]:
-    """The issue's two goals, computed from this file's rows: FastPPO's best time to
+    """The two goals, computed from this file's rows: FastPPO's best time to
     target over both N (any FastPPO arm; PBT listed apart) at least 1.5x shorter than
     rsl_rl's best, and FastPPO's overall env-steps/s within 10% of the raw simulator's
     at the same N (both ceilings shown)."""

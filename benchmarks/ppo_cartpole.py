@@ -437,7 +437,7 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         if fast_best_n not in (None, 64) and tr is not None:
             lines.append(f"- FastPPO best N (N={fast_best_n}) speed-up vs {name}: "
                          + both(key, f"fastppo-{fast_best_n}")[2])
-    # the goal: FastPPO with its defaults vs the best RLlib PPO configuration found (any RLlib
+    # the goal: FastPPO with its defaults vs the best RLlib PPO configuration found (any RLlib
     # arm, sweep included, that reached the target in every seed it ran; ties broken by more seeds)
     rllib = [r for r in rows if r["family"] in (FAM_RB, FAM_RG, FAM_RG_SWEEP)
              and r["n_runs"] and r["n_reached"] == r["n_runs"]]

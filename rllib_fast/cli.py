@@ -52,7 +52,8 @@ import os
 import sys
 from typing import List, Optional
 
-from .tune.plan import (RETURN_KEY, STEP_KEY, Plan, UsageError, all_algorithm_names, check_devices,  # noqa: F401
+from .core.metrics import RETURN_KEY, STEP_KEY  # noqa: F401  (public here too)
+from .tune.plan import (Plan, UsageError, all_algorithm_names, check_devices,  # noqa: F401
                         fast_algorithms, is_fast, is_rllib, parse_json, plan_from_file, plan_from_flags,
                         resolve_algorithm, rllib_algorithms, validate_config)
 from .tune.run import (checkpoint_ctor, evaluate_checkpoint, find_checkpoint, run_plan, run_sweep,  # noqa: F401
@@ -74,7 +75,7 @@ PROG_ENV = "RLLIB_FAST_PROG"
 # list
 # ----------------------------------------------------------------------------------------------
 def cmd_list(what: str) -> int:
-    from .envs.registry import list_envs, _ensure_builtin_sources
+    from .envs.registry import list_envs
 
     if what in ("all", "algorithms", "algos"):
         print("rllib_fast algorithms:")
@@ -84,7 +85,6 @@ def cmd_list(what: str) -> int:
         print("RLlib built-in algorithms:")
         print("  " + ", ".join(rllib_algorithms()))
     if what in ("all", "envs"):
-        _ensure_builtin_sources()
         print("envs (rllib_fast tensor envs; RLlib built-ins take gymnasium ids such as CartPole-v1):")
         for name in list_envs():
             print(f"  {name}")

@@ -19,14 +19,15 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from .core.metrics import RETURN_KEY, STEP_KEY
+
 TASKS = {
     # task: stop criteria. FastPPO's defaults learn both tasks (docs/defaults.md).
     # An env-step budget only: with a return threshold, trials would stop at
     # different times, and PBT (which compares trials) gains nothing from that.
-    "CartPole": {"num_env_steps_sampled_lifetime": 300_000},
-    "Pendulum": {"num_env_steps_sampled_lifetime": 400_000},
+    "CartPole": {STEP_KEY: 300_000},
+    "Pendulum": {STEP_KEY: 400_000},
 }
-RETURN = "env_runners/episode_return_mean"
 
 
 def build_param_space(task: str, num_envs: int):
@@ -54,12 +55,12 @@ def run_task(task: str, args, storage: str, recorder, curves) -> Dict:
         quantile_fraction=0.5)
     tuner = tune.Tuner(
         "FastPPO", param_space=build_param_space(task, args.num_envs),
-        tune_config=tune.TuneConfig(scheduler=pbt, metric=RETURN, mode="max", num_samples=args.trials,
+        tune_config=tune.TuneConfig(scheduler=pbt, metric=RETURN_KEY, mode="max", num_samples=args.trials,
                                     reuse_actors=True,  # short trial folders: the printed paths stay readable
                                     trial_dirname_creator=lambda trial: f"{trial.trainable_name}_{trial.trial_id}"),
         run_config=tune.RunConfig(
             name=f"demo-{task}", storage_path=storage, callbacks=[recorder, curves],
-            stop=({"num_env_steps_sampled_lifetime": args.env_steps} if args.env_steps else TASKS[task]),
+            stop=({STEP_KEY: args.env_steps} if args.env_steps else TASKS[task]),
             checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=args.perturbation_interval,
                                                     checkpoint_at_end=True),  # PBT exploits older ones: keep all
             # a few columns and the two mutated hyperparameters, not the whole config per line
@@ -67,9 +68,9 @@ def run_task(task: str, args, storage: str, recorder, curves) -> Dict:
             verbose=1))
     with temporary_env("RAY_AIR_NEW_OUTPUT", "0"):  # Tune's newer output would drop the reporter
         results = tuner.fit()
-    best = results.get_best_result(metric=RETURN, mode="max", scope="all")
+    best = results.get_best_result(metric=RETURN_KEY, mode="max", scope="all")
     return {"task": task, "return": best.metrics.get("env_runners", {}).get("episode_return_mean"),
-            "env_steps": best.metrics.get("num_env_steps_sampled_lifetime"),
+            "env_steps": best.metrics.get(STEP_KEY),
             "checkpoint": best.checkpoint.path if best.checkpoint else None,
             "lr": best.config.get("lr"), "errors": len(results.errors)}
 

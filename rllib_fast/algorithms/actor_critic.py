@@ -101,10 +101,10 @@ class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
                 a = (logp_all + g).argmax(-1)
             return a, logp_all.gather(-1, a.unsqueeze(-1)).squeeze(-1)
         a = p if deterministic else p + torch.randn_like(p) * log_std.exp()
-        return a, self._gauss_logp(a, p, log_std)
+        return a, self.gauss_logp(a, p, log_std)
 
     @staticmethod
-    def _gauss_logp(a, mean, log_std):
+    def gauss_logp(a, mean, log_std):
         z = (a - mean) * torch.exp(-log_std)
         return (-0.5 * z.pow(2) - log_std - 0.5 * _LOG_2PI).sum(-1)
 
@@ -116,7 +116,7 @@ class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
             logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
             entropy = -(logp_all.exp() * logp_all).sum(-1)
             return logp, entropy
-        logp = self._gauss_logp(actions, p, log_std)
+        logp = self.gauss_logp(actions, p, log_std)
         entropy = (0.5 + 0.5 * _LOG_2PI + log_std).sum(-1)
         return logp, entropy
 

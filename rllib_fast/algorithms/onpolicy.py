@@ -14,10 +14,8 @@ import contextlib
 import math
 from typing import Any, Dict, NamedTuple, Optional
 
-from ray.rllib.core import DEFAULT_MODULE_ID
 import ray
 import torch
-from ray.rllib.utils.metrics import LEARNER_RESULTS
 
 from ..core.algorithm import FastAlgorithm, FastConfig
 from ..core.compile import COMPILE, compiled
@@ -28,7 +26,6 @@ from ..core.rollout import RolloutStorage, compute_gae
 from .actor_critic import ActorCriticModule
 from .asymmetric import ASYMMETRIC_CRITIC, current_states, final_states, state_dim, step_states
 
-POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 def masked_mean(x: torch.Tensor, w: torch.Tensor | None, denom: torch.Tensor | None) -> torch.Tensor:
@@ -102,7 +99,7 @@ class UpdateRule:
     synchronous loop, HTS-RL's rounds, the asynchronous driver) owns rollout,
     storage, targets and how gradients are applied (averaged over
     data-parallel learners, clipped, stepped, synchronised with other
-    learners: ``_apply_gradients``). A rule owns what differs between PPO and
+    learners: ``apply_gradients``). A rule owns what differs between PPO and
     A2C: the optimizer, the learning rate the config prescribes, the loss (the
     function ``compile`` compiles) and how many gradient steps one batch
     gets. The rule reads the algorithm it serves (``self.algo``)."""
@@ -133,7 +130,7 @@ class UpdateRule:
         raise NotImplementedError("abstract: UpdateRule.learn")
 
     def apply_gradients(self) -> None:
-        self.algo._apply_gradients()
+        self.algo.apply_gradients()
 
     def acting_parameters(self, behaviour):
         """Context in which targets and gradients of a batch are computed when
@@ -228,12 +225,12 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.dist = None  # DistributedContext when this is one of several data-parallel learners
         # the hot path's tensor functions, compiled when `compile` is set (the same functions eager)
         self._act_fn = compiled(self._act_step, cfg.compile, self.device)
-        self._update_fn = compiled(self.update_rule.loss, cfg.compile, self.device)
+        self.update_step = compiled(self.update_rule.loss, cfg.compile, self.device)
         self._decorrelate()
 
     def _normalize_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
         if update and self.normalize_obs:
-            self.module.obs_norm.update(obs.float().reshape(obs.shape[0], -1), reduce=self._reduce)
+            self.module.obs_norm.update(obs.float().reshape(obs.shape[0], -1), reduce=self.reduce_over_learners)
         return self.module.policy_input(obs)
 
     @torch.no_grad()
@@ -274,11 +271,11 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.tracker.skip_current_episodes()
 
     @property
-    def _reduce(self):
+    def reduce_over_learners(self):
         """In-place sum over data-parallel learners, or None for one learner."""
         return None if self.dist is None else self.dist.sum_
 
-    def _mean_denominator(self, w: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    def mean_denominator(self, w: torch.Tensor | None, n: int) -> torch.Tensor | None:
         """Denominator for :func:`masked_mean` over a batch of ``n`` transitions
         with weights ``w`` (None: all valid). With L data-parallel learners it
         is the global valid count / L, so the average of the learners' losses
@@ -290,7 +287,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         count = w.sum() if w is not None else torch.full((), float(n), device=self.device)
         return self.dist.sum_(count.detach().clone()).clamp_min(1.0) / self.dist.world_size
 
-    def _apply_gradients(self) -> None:
+    def apply_gradients(self) -> None:
         """Average gradients over learners, clip, step: the part of every
         update that must be identical on all learners."""
         if self.dist is not None:
@@ -359,8 +356,8 @@ class OnPolicyAlgorithm(FastAlgorithm):
         n = self.horizon * self.env.num_envs * self.world_size
         self.log_env_steps(n)
         self.log_trained_steps(n)
-        self.metrics.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), self.training_intensity(), window=1)
-        self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_learners"), self.world_size, window=1)
+        self.log_learner("training_intensity", self.training_intensity())
+        self.log_learner("num_learners", self.world_size)
 
     @torch.no_grad()
     def _rollout(self) -> None:
@@ -392,7 +389,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         valid = st["valid"] if self.any_invalid else None
         self.tracker.update_batch(st["rewards"], st["done"], valid)
         if self.normalize_obs:
-            module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self._reduce)
+            module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self.reduce_over_learners)
 
     def _act_step(self, obs: torch.Tensor):
         """The act step's tensor work (what ``compile`` compiles): normalised
@@ -412,7 +409,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             return
         st, module = self.storage, self.module
         if self.normalize_obs:
-            module.state_norm.update(st["states"], mask=valid, reduce=self._reduce)
+            module.state_norm.update(st["states"], mask=valid, reduce=self.reduce_over_learners)
         for key in ("states", "final_states"):
             st[key].copy_(module.critic_input(st.flat(key)).view_as(st[key]))
 
@@ -439,7 +436,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             adv, ret = compute_gae(st["rewards"], values, next_values, st["terminated"], st["done"],
                                    cfg.gamma, cfg.lambda_, valid)
             if cfg.normalize_values:
-                vnorm.update(ret, mask=valid, reduce=self._reduce)
+                vnorm.update(ret, mask=valid, reduce=self.reduce_over_learners)
                 targets = vnorm.normalize(ret).reshape(B)
                 old_v = vnorm.normalize(values).reshape(B)
             else:

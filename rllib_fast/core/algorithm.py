@@ -205,6 +205,12 @@ class FastConfig(AlgorithmConfig):
                               "is not supported; allowed: 'episodes'")
         self.validate_algorithm()
 
+    def reject(self, message: str) -> None:
+        """Fail validation with one line naming the key and the allowed values
+        (RLlib's config error, so ``experimental(_validate_config=False)`` still
+        turns it into a warning). For validators outside the config class."""
+        self._value_error(message)
+
     def validate_algorithm(self) -> None:
         """Cross-key checks of a subclass; call ``self._value_error(msg)``."""
 
@@ -296,9 +302,6 @@ class FastAlgorithm(Algorithm):
 
     def _build_all(self) -> None:
         cfg = self.config
-        # Trainable.reset() overwrites self.config with a plain dict before
-        # calling reset_config(); keep the frozen config object we built from.
-        self._built_config = cfg
         self.seed = cfg.seed if cfg.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
         update_global_seed_if_necessary("torch", self.seed)
         torch.manual_seed(self.seed)
@@ -466,6 +469,11 @@ class FastAlgorithm(Algorithm):
         self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED), n, reduce="sum")
         self.metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, n, reduce="lifetime_sum")
 
+    def log_learner(self, key: str, value, window: int = 1) -> None:
+        """Log one learner statistic under RLlib's single-agent module id
+        (``learners/default_policy/<key>``), where RLlib's own learners put theirs."""
+        self.metrics.log_value((LEARNER_RESULTS, DEFAULT_MODULE_ID, key), value, window=window)
+
     def log_trained_steps(self, n: int) -> None:
         """Count env steps trained on (RLlib's three standard keys)."""
         self.metrics.log_value((LEARNER_RESULTS, ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), n,
@@ -603,7 +611,7 @@ class FastAlgorithm(Algorithm):
         cfg = self.get_default_config().update_from_dict(dict(new_config))
         cfg.validate()
         cfg.freeze()
-        self.config = self._built_config = cfg
+        self.config = cfg
         self.evaluation_config = cfg.get_evaluation_config_object()
         self.evaluation_config.validate()
         self.evaluation_config.freeze()

@@ -125,7 +125,7 @@ class UpdateGuard:
             pname = bad_parameter(algo)
             if pname is not None:
                 problem = f"parameter `{pname}` holds NaN/inf"
-        skipped = getattr(algo, "_guard_skipped", 0)
+        skipped = getattr(algo, "nonfinite_skipped_updates", 0)
         if problem is not None:
             iteration = algo.iteration + 1
             name = type(algo).__name__
@@ -137,7 +137,7 @@ class UpdateGuard:
                 if k in snapshot:
                     v.load_state_dict(snapshot[k])
             skipped += 1
-            algo._guard_skipped = skipped
+            algo.nonfinite_skipped_updates = skipped
             logger.warning("%s: %s at iteration %d; update skipped (nonfinite_guard='skip')", name, problem, iteration)
         result.setdefault("guard", {})["skipped_updates"] = skipped
         return result

@@ -13,7 +13,13 @@ from typing import Any, Dict, Optional
 import torch
 from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX,
                                      EPISODE_RETURN_MEAN, EPISODE_RETURN_MIN, NUM_EPISODES,
-                                     NUM_EPISODES_LIFETIME)
+                                     NUM_ENV_STEPS_SAMPLED_LIFETIME, NUM_EPISODES_LIFETIME)
+
+#: The result key every algorithm reports its mean episode return under (RLlib's own),
+#: which Tune ranks trials by, the console shows and MLflow plots.
+RETURN_KEY = f"{ENV_RUNNER_RESULTS}/{EPISODE_RETURN_MEAN}"
+#: The lifetime env-step counter of a result (the x axis of every learning curve).
+STEP_KEY = NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 
 class EpisodeTracker:

@@ -66,7 +66,7 @@ def live_module(algo, key: tuple, build: Callable[[], GreedyPolicyModule],
     under a forked torch RNG: its throw-away initialisation must not shift the
     algorithm's random stream (a resumed run must stay identical whether or
     not ``get_module()`` was called). ``attach`` puts the live networks in."""
-    cached = getattr(algo, "_greedy_module_cache", None)
+    cached = getattr(algo, "greedy_module_cache", None)
     if cached is not None and len(cached[0]) == len(key) and all(a is b if isinstance(a, torch.nn.Module) else a == b
                                                                  for a, b in zip(cached[0], key)):
         return cached[1]
@@ -75,5 +75,5 @@ def live_module(algo, key: tuple, build: Callable[[], GreedyPolicyModule],
     attach(module)
     # no .eval(): the networks are shared with training; greedy() never depends on the mode
     module = module.to(algo.device)
-    algo._greedy_module_cache = (key, module)
+    algo.greedy_module_cache = (key, module)
     return module

@@ -24,6 +24,8 @@ LEARNER = 0x4C52       # 'LR': data-parallel learner r >= 1 (learner 0 is the tr
 ASYNC_LEARNER = 0x4153  # 'AS': asynchronous (APPO/A3C) learner r
 EVALUATION = 0x4556    # 'EV': the evaluation envs (second key: the evaluation round)
 PQL_LEARNER = 0x504C   # 'PL': PQL's learner actors on the Ray backend (second key: 0 = V, 1 = P)
+MEMBER = 0x4D42        # 'MB': a population member's on-device stream (second key: member k)
+PBT_HOST = 0x5048      # 'PH': a population's host-side PBT draws (selection, explore)
 
 
 def derive_seed(seed: int, *keys: int) -> int:

@@ -69,7 +69,7 @@ import torch
 
 from .base import Step, TensorVecEnv, canonical_device, check_num_envs
 from .frame_stack import FrameStack
-from .minatar import _actions_to_list
+from .minatar import actions_to_list
 from .upload import PackedUploader
 from .registry import register_prefix
 from ..core.seeding import env_seeds
@@ -193,7 +193,7 @@ class AtariFrames(TensorVecEnv):
         return up.send_obs()
 
     def step(self, actions: Any) -> Step:
-        acts = np.asarray(_actions_to_list(actions), dtype=np.int32)
+        acts = np.asarray(actions_to_list(actions), dtype=np.int32)
         obs, reward, term, trunc, info = self.vec.step(acts)
         up = self._up
         up.wait()

@@ -64,7 +64,7 @@ __all__ = ["MinAtarVecEnv", "make_minatar", "MINATAR_GAMES"]
 MINATAR_GAMES = ("asterix", "breakout", "freeway", "seaquest", "space_invaders")
 
 
-def _actions_to_list(actions: Any) -> List[int]:
+def actions_to_list(actions: Any) -> List[int]:
     if isinstance(actions, torch.Tensor):
         actions = actions.detach().to("cpu")
         return actions.view(-1).tolist()
@@ -155,7 +155,7 @@ class MinAtarVecEnv(TensorVecEnv):
         return up.send_obs()
 
     def step(self, actions: Any) -> Step:
-        acts = _actions_to_list(actions)
+        acts = actions_to_list(actions)
         if min(acts) < 0 or max(acts) >= len(self._amap):   # numpy would wrap negative indices
             raise IndexError(f"{type(self).__name__}.step: actions must be in [0, {len(self._amap)}), "
                              f"got {min(acts)}..{max(acts)}")

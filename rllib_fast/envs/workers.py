@@ -22,7 +22,6 @@ import traceback
 from multiprocessing import shared_memory
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -70,10 +69,6 @@ class SharedLayout:
 
 def _np_dtype(t: torch.dtype) -> np.dtype:
     return torch.empty(0, dtype=t).numpy().dtype
-
-
-def _space_torch_dtype(space: gym.spaces.Box) -> torch.dtype:
-    return torch.from_numpy(np.zeros(0, dtype=space.dtype)).dtype
 
 
 # ---------------------------------------------------------------------------

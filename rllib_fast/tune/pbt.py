@@ -27,7 +27,7 @@ from typing import Any, Dict, Mapping, Optional
 
 PAPER_QUANTILE = 0.3
 PAPER_RESAMPLE = 1.0
-RETURN_KEY = "env_runners/episode_return_mean"
+from ..core.metrics import RETURN_KEY
 
 
 def _td3_prior():

@@ -17,8 +17,6 @@ import re
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-RETURN_KEY = "env_runners/episode_return_mean"
-STEP_KEY = "num_env_steps_sampled_lifetime"
 _SEARCH_KEYS = ("search_alg", "scheduler", "metric", "mode", "num_samples", "max_concurrent_trials")
 
 

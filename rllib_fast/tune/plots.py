@@ -13,8 +13,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ray.tune import Callback
 
-RETURN_KEY = "env_runners/episode_return_mean"
-STEP_KEY = "num_env_steps_sampled_lifetime"
+from ..core.metrics import RETURN_KEY, STEP_KEY
 
 Curve = List[Tuple[float, float]]
 
@@ -93,13 +92,6 @@ def plot_curves(curves: Mapping[str, Sequence[Tuple[float, float]]], path: str, 
     fig.savefig(path)
     plt.close(fig)
     return path
-
-
-def plot_results(results: Iterable[Mapping], path: str, *, label: str = "trial",
-                 metric: str = RETURN_KEY, title: Optional[str] = None) -> str:
-    """Plot one trial's list of result dicts."""
-    points = [p for p in (curve_point(r, metric) for r in results) if p is not None]
-    return plot_curves({label: points}, path, title=title)
 
 
 def _csv_value(text: str):

@@ -189,7 +189,7 @@ def add_arguments(p) -> None:
 
 
 def run_report(args) -> int:
-    from ..cli import UsageError
+    from .plan import UsageError
 
     try:
         paths = write_report(args.experiment_dir, args.out, threshold=args.threshold, metric=args.metric,

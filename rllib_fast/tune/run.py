@@ -14,7 +14,8 @@ import os
 import sys
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .plan import RETURN_KEY, STEP_KEY, Plan, UsageError, check_devices, is_fast, load_sweeps, one_line, quiet_rllib
+from ..core.metrics import RETURN_KEY, STEP_KEY
+from .plan import Plan, UsageError, check_devices, is_fast, load_sweeps, one_line, quiet_rllib
 
 # ----------------------------------------------------------------------------------------------
 # running

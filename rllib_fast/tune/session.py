@@ -31,6 +31,8 @@ import os
 import sys
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
+from ..core.metrics import RETURN_KEY, STEP_KEY
+
 logger = logging.getLogger(__name__)
 
 #: Ray's environment switch that makes a local node use 127.0.0.1 as its IP (read at ``import ray``).
@@ -192,8 +194,7 @@ def temporary_env(key: str, value: str) -> Iterator[None]:
 
 
 #: What the console tables show of each trial's results.
-METRIC_COLUMNS = {"env_runners/episode_return_mean": "return", "num_env_steps_sampled_lifetime": "env_steps",
-                  "time_total_s": "time (s)"}
+METRIC_COLUMNS = {RETURN_KEY: "return", STEP_KEY: "env_steps", "time_total_s": "time (s)"}
 
 
 def swept_keys(param_space: Mapping[str, Any], prefix: str = "") -> List[str]:

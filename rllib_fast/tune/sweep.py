@@ -46,7 +46,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .session import init_ray  # noqa: F401  (public here too: sweep.init_ray, as before)
 
-RETURN_KEY = "env_runners/episode_return_mean"
+from ..core.metrics import RETURN_KEY
 
 #: YAML search-space forms ``{name: [args...]}`` -> ``ray.tune`` sampler name.
 DOMAINS = ("uniform", "loguniform", "quniform", "qloguniform", "randint", "lograndint", "qrandint",

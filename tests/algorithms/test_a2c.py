@@ -22,8 +22,8 @@ def test_defaults_follow_the_paper():
 @pytest.mark.parametrize("n,expected", [(16, 7e-4), (64, 7e-4 * 2), (512, 3e-3)])
 def test_sqrt_lr_rule_scales_with_batch_and_caps(n, expected):
     cfg = FastA2CConfig().environment("CartPole", num_envs=n).training(lr_rule="sqrt")
-    assert cfg.effective_lr() == pytest.approx(expected)  # batch = 5 * n; base batch 80
     algo = cfg.build_algo()
+    assert algo.configured_lr() == pytest.approx(expected)  # batch = 5 * n; base batch 80
     assert algo.optimizer.param_groups[0]["lr"] == pytest.approx(expected)
 
 

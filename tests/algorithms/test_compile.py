@@ -144,7 +144,7 @@ def test_onpolicy_compiled_matches_eager(aot_eager, cls, env, key):
     eager = onpolicy(cls, env).build_algo()
     ref = losses(eager, 2, key)
     comp = onpolicy(cls, env, compile="reduce-overhead").build_algo()
-    assert comp._act_fn is not comp._act_step and comp._update_fn is not comp.update_rule.loss
+    assert comp._act_fn is not comp._act_step and comp.update_step is not comp.update_rule.loss
     got = losses(comp, 2, key)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(params(comp.module), params(eager.module), rtol=1e-4, atol=1e-5)

@@ -113,7 +113,7 @@ def test_derived_quantities_come_from_the_global_config_on_every_learner():
         lr_rule="sqrt", total_batch_size=128, decorrelate_steps=4).learners(num_learners=2).reporting(
         metrics_num_episodes_for_smoothing=10_000).debugging(seed=4)
     algo = cfg.build_algo()
-    lr = cfg.effective_lr()
+    lr = algo.configured_lr()
     assert lr == pytest.approx(7e-4 * math.sqrt(128 / 80))  # 8.85e-4
     assert algo.horizon == 8 and _remote(algo, lambda a: a.horizon) == 8
     assert _remote(algo, lambda a: a.optimizer.param_groups[0]["lr"]) == algo.optimizer.param_groups[0]["lr"] == lr

@@ -8,15 +8,14 @@ is one gradient step on the whole ``[T, N]`` batch: policy gradient with
 """
 from __future__ import annotations
 
+import math
+
 import torch
-from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import LEARNER_RESULTS
 
 from ...core.rmsprop import ReferenceRMSprop
 from ..onpolicy import OnPolicyAlgorithm, Targets, UpdateRule, masked_mean, standardize
 from .config import FastA2CConfig
 
-POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class A2CUpdate(UpdateRule):
@@ -25,8 +24,13 @@ class A2CUpdate(UpdateRule):
 
     @staticmethod
     def configured_lr(config) -> float:
-        """``lr`` under ``lr_rule`` (the sqrt rule scales with the trial's batch)."""
-        return config.effective_lr()
+        """``lr`` under ``lr_rule``: 'sqrt' scales it with the square root of the
+        batch (``horizon * num_envs``) relative to ``lr_rule_base_batch``, capped
+        at ``lr_rule_cap`` (Stooke & Abbeel's large-batch rule)."""
+        if config.lr_rule == "sqrt":
+            batch = config.horizon() * config.num_envs
+            return min(config.lr_rule_cap, config.lr * math.sqrt(batch / config.lr_rule_base_batch))
+        return config.lr
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         cfg, lr = self.algo.config, self.algo.configured_lr()
@@ -56,18 +60,18 @@ class A2CUpdate(UpdateRule):
         algo = self.algo
         cfg, st = algo.config, algo.storage
         adv, targets, _, w = batch
-        denom = algo._mean_denominator(w, adv.numel())  # global masked means across learners
+        denom = algo.mean_denominator(w, adv.numel())  # global masked means across learners
         if cfg.normalize_advantages:
-            adv = standardize(adv, w, algo._reduce)
+            adv = standardize(adv, w, algo.reduce_over_learners)
         critic_in = st.flat(algo.critic_key)   # the observations, or the source's states (asymmetric)
-        loss, stats = algo._update_fn(st.flat("obs"), st.flat("actions"), adv, targets, critic_in, w, denom)
+        loss, stats = algo.update_step(st.flat("obs"), st.flat("actions"), adv, targets, critic_in, w, denom)
         algo.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.apply_gradients()
-        log = algo.metrics.log_value
+        log = algo.log_learner
         for i, key in enumerate(("policy_loss", "vf_loss", "entropy")):
-            log((LEARNER_RESULTS, POLICY, key), stats[i], window=1)
-        log((LEARNER_RESULTS, POLICY, "curr_lr"), algo.optimizer.param_groups[0]["lr"], window=1)
+            log(key, stats[i])
+        log("curr_lr", algo.optimizer.param_groups[0]["lr"])
 
 
 class FastA2C(OnPolicyAlgorithm):

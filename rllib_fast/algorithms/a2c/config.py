@@ -1,8 +1,6 @@
 """FastA2C hyperparameters."""
 from __future__ import annotations
 
-import math
-
 from ...core.params import Param, with_defaults
 from ..onpolicy import OnPolicyConfig
 
@@ -37,9 +35,3 @@ class FastA2CConfig(OnPolicyConfig):
         from .algorithm import FastA2C
 
         super().__init__(algo_class=algo_class or FastA2C)
-
-    def effective_lr(self) -> float:
-        if self.lr_rule == "sqrt":
-            batch = self.horizon() * self.num_envs
-            return min(self.lr_rule_cap, self.lr * math.sqrt(batch / self.lr_rule_base_batch))
-        return self.lr

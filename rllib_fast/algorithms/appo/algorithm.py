@@ -21,11 +21,10 @@ import math
 from typing import Any, Dict, List
 
 import numpy as np
-from ray.rllib.core import DEFAULT_MODULE_ID
 import ray
 import torch
 from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX, EPISODE_RETURN_MEAN,
-                                     EPISODE_RETURN_MIN, LEARNER_RESULTS, NUM_EPISODES, NUM_EPISODES_LIFETIME)
+                                     EPISODE_RETURN_MIN, NUM_EPISODES, NUM_EPISODES_LIFETIME)
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from ...core.learner_actor import close_actors
@@ -36,7 +35,6 @@ from ..ppo.algorithm import FastPPO, PPOUpdate
 from .config import FastA3CConfig, FastAPPOConfig
 from .learner import AsyncLearnerActor
 
-POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class AsyncDriver(OnPolicyAlgorithm):
@@ -137,7 +135,7 @@ class AsyncDriver(OnPolicyAlgorithm):
     def _log_learner_stats(self, outs: List[Dict[str, Any]]) -> None:
         keys = set.intersection(*(set(o["learner"]) for o in outs))
         for key in sorted(keys):
-            self.metrics.log_value((LEARNER_RESULTS, POLICY, key), float(np.mean([o["learner"][key] for o in outs])),
+            self.log_learner(key, float(np.mean([o["learner"][key] for o in outs])),
                                    window=1)
         syncs = sum(o["async"]["syncs"] for o in outs)
         stale = sum(o["async"]["staleness"] for o in outs)
@@ -146,7 +144,7 @@ class AsyncDriver(OnPolicyAlgorithm):
                            # other learners' updates absorbed per sync: 0 for one learner
                            ("staleness_per_sync", stale / syncs if syncs else 0.0),
                            ("training_intensity", self.training_intensity())):
-            self.metrics.log_value((LEARNER_RESULTS, POLICY, key), value, window=1)
+            self.log_learner(key, value)
 
     # -- state -------------------------------------------------------------------
     def get_state(self, *args, **kwargs) -> Dict[str, Any]:

@@ -39,10 +39,10 @@ def validate_async(cfg) -> None:
     name = type(cfg).__name__
     split = env_share_error(cfg.num_envs, cfg.num_async_learners, "num_async_learners", name)
     if split is not None:
-        cfg._value_error(split)
+        cfg.reject(split)
     if cfg.num_learners > 1:
-        cfg._value_error(f"{name}: `num_learners` = {cfg.num_learners} (synchronous data-parallel "
-                         "learners) is not supported here; allowed: 0 or 1 — use `num_async_learners`")
+        cfg.reject(f"{name}: `num_learners` = {cfg.num_learners} (synchronous data-parallel "
+                   "learners) is not supported here; allowed: 0 or 1 — use `num_async_learners`")
 
 
 class FastAPPOConfig(FastPPOConfig):

@@ -27,7 +27,6 @@ from ...core.param_server import RemoteStoreClient
 from ...core.seeding import ASYNC_LEARNER, derive_seed
 from ...envs.base import env_share
 
-POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class MultiStepAdamOptimizer(torch.optim.Optimizer):
@@ -149,7 +148,7 @@ class AsyncLearnerActor(LearnerActor):
         for _ in range(cycles):
             algo.training_step()
         results = algo.metrics.reduce()
-        learner = {k: float(v) for k, v in results.get(LEARNER_RESULTS, {}).get(POLICY, {}).items()
+        learner = {k: float(v) for k, v in results.get(LEARNER_RESULTS, {}).get(DEFAULT_MODULE_ID, {}).items()
                    if isinstance(v, (int, float)) or (torch.is_tensor(v) and v.numel() == 1)}
         summary = {k: float(v) for k, v in algo.tracker.summary().items()}
         out = {
@@ -176,5 +175,5 @@ class AsyncLearnerActor(LearnerActor):
         for key, value in live.items():
             setattr(cfg, key, value)
         cfg.freeze()
-        algo.config = algo._built_config = cfg
+        algo.config = cfg
         algo.apply_live_hyperparameters()

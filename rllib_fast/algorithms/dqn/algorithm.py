@@ -15,7 +15,6 @@ from typing import Any, Dict
 import torch
 from torch.nn import functional as F
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import LEARNER_RESULTS
 
 from ...core.algorithm import FastAlgorithm
 from ...core.compile import compiled
@@ -24,7 +23,6 @@ from ...core.replay import SegmentedReplay
 from .config import EpsRainbowConfig, FastDQNConfig, RainbowConfig
 from .rules import apply_rule, resolve_rule
 
-POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class FastDQN(FastAlgorithm):
@@ -44,10 +42,9 @@ class FastDQN(FastAlgorithm):
                                noisy=cfg.noisy, sigma0=cfg.noisy_sigma0, v_min=cfg.v_min,
                                v_max=cfg.v_max).to(self.device)
         self.target = copy.deepcopy(self.module).requires_grad_(False)
-        self.rule = resolve_rule(cfg.batch_rule, cfg.num_atoms, cfg.noisy, cfg.prioritized_replay)
-        _, adam_eps = apply_rule(self.rule, cfg.batch_size, cfg.lr, cfg.adam_eps)
+        lr, adam_eps = self._batch_rule()
         self.params = list(self.module.parameters())
-        self.optimizer = torch.optim.Adam(self.params, lr=self.configured_lr(), eps=adam_eps, fused=True)
+        self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=adam_eps, fused=True)
         obs_dtype = torch.uint8 if self.env.single_observation_space.dtype == "uint8" else torch.float32
         self.replay = SegmentedReplay(cfg.buffer_size, env.num_envs, env.obs_shape, obs_dtype, (), torch.int64,
                                       self.device, prioritized=cfg.prioritized_replay, alpha=cfg.per_alpha)
@@ -65,17 +62,21 @@ class FastDQN(FastAlgorithm):
     def optimizers(self) -> list:
         return [self.optimizer]
 
-    def get_module(self, module_id: str = POLICY):
+    def get_module(self, module_id: str = DEFAULT_MODULE_ID):
         """The greedy policy as an RLModule sharing the online Q-network."""
         from .module import dqn_policy_module
 
         return dqn_policy_module(self)
 
-    def configured_lr(self) -> float:
-        """``lr`` under the large-batch rule (``batch_rule``)."""
+    def _batch_rule(self) -> tuple:
+        """(lr, Adam eps) under the large-batch rule (``batch_rule``); an explicit ``adam_eps`` wins."""
         cfg = self.config
         rule = resolve_rule(cfg.batch_rule, cfg.num_atoms, cfg.noisy, cfg.prioritized_replay)
-        return apply_rule(rule, cfg.batch_size, cfg.lr, cfg.adam_eps)[0]
+        return apply_rule(rule, cfg.batch_size, cfg.lr, cfg.adam_eps)
+
+    def configured_lr(self) -> float:
+        """``lr`` under the large-batch rule (``batch_rule``)."""
+        return self._batch_rule()[0]
 
     def stateful_components(self) -> Dict[str, Any]:
         out = {**super().stateful_components(), "module": self.module, "target": self.target,
@@ -148,11 +149,11 @@ class FastDQN(FastAlgorithm):
             trained = n_updates * cfg.batch_size
         self.tracker.log_to(self.metrics)
         self.log_trained_steps(trained)
-        self.metrics.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), cfg.training_intensity, window=1)
+        self.log_learner("training_intensity", cfg.training_intensity)
         eps = self.per_env_eps.mean() if cfg.exploration == "per_env" else self.epsilon()  # what acting used
-        self.metrics.log_value((LEARNER_RESULTS, POLICY, "epsilon"), eps, window=1)
-        self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_updates_lifetime"), self.num_updates, window=1)
-        self.metrics.log_value((LEARNER_RESULTS, POLICY, "curr_lr"), self.optimizer.param_groups[0]["lr"], window=1)
+        self.log_learner("epsilon", eps)
+        self.log_learner("num_updates_lifetime", self.num_updates)
+        self.log_learner("curr_lr", self.optimizer.param_groups[0]["lr"])
 
     @torch.no_grad()
     def _rollout(self) -> None:
@@ -197,10 +198,10 @@ class FastDQN(FastAlgorithm):
             self._sync_target()
             stats += torch.stack([loss.detach(), q_sa.detach().mean(), torch.ones((), device=self.device)])
         if n_updates:
-            self.metrics.log_value((LEARNER_RESULTS, POLICY, "td_loss"), stats[0] / stats[2], window=1)
-            self.metrics.log_value((LEARNER_RESULTS, POLICY, "q_mean"), stats[1] / stats[2], window=1)
+            self.log_learner("td_loss", stats[0] / stats[2])
+            self.log_learner("q_mean", stats[1] / stats[2])
             if cfg.prioritized_replay:
-                self.metrics.log_value((LEARNER_RESULTS, POLICY, "per_beta"), self._beta(), window=1)
+                self.log_learner("per_beta", self._beta())
 
     def _weighted_loss(self, b: Dict[str, torch.Tensor], w: torch.Tensor):
         """The update step's forward (what ``compile`` compiles; its backward

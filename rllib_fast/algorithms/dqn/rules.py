@@ -1,5 +1,5 @@
-"""Stooke & Abbeel's large-batch rules for Q-learning (§5.3-5.4, Table 2.B of
-the digest): learning rate and Adam epsilon as functions of the batch size.
+"""Stooke & Abbeel's large-batch rules for Q-learning (§5.3-5.4 and
+the paper's Table 2): learning rate and Adam epsilon as functions of the batch size.
 
 * DQN: lr from the paper's table {32: 2.5e-4, 512: 7.5e-4, 1024: 1.5e-3},
   interpolated linearly in log(batch) between those points and clamped outside.

@@ -39,8 +39,7 @@ from typing import Any, Dict
 
 import numpy as np
 import torch
-from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN, LEARNER_RESULTS, NUM_EPISODES
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN, NUM_EPISODES
 
 from ...core.rollout import RolloutStorage
 from ...envs.base import env_share
@@ -54,12 +53,11 @@ from .executors import ExecutorGroupEnv, HTSRuntime
 from .paper_metrics import PaperMetrics
 from .storage import DoubleStorage, clone_storage
 
-POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 def executor_rng_seed(seed: int, e: int) -> int:
     """Seed of executor ``e``'s sampling stream (independent of its env's seed)."""
-    return derive_seed(seed, e, EXECUTOR)
+    return derive_seed(seed, EXECUTOR, e)
 
 
 class HTSAlgorithm(OnPolicyAlgorithm):
@@ -187,7 +185,7 @@ class HTSAlgorithm(OnPolicyAlgorithm):
         m = self.metrics
         if tot["trained"]:
             self.log_trained_steps(tot["trained"])
-        m.log_value((LEARNER_RESULTS, POLICY, "training_intensity"), self.training_intensity(), window=1)
+        self.log_learner("training_intensity", self.training_intensity())
         rt = max(tot["round"], 1e-12)
         for key, value in (
                 ("sps", n / max(elapsed, 1e-12)),

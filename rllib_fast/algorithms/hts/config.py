@@ -60,13 +60,13 @@ def validate_hts(cfg) -> None:
     name = type(cfg).__name__
     split = env_share_error(cfg.num_envs, cfg.num_executors, "num_executors", name)
     if split is not None:
-        cfg._value_error(split)
+        cfg.reject(split)
     if cfg.num_actors > cfg.num_executors:
-        cfg._value_error(f"{name}: `num_actors` = {cfg.num_actors} exceeds `num_executors` = "
-                         f"{cfg.num_executors}; allowed: 1..num_executors")
+        cfg.reject(f"{name}: `num_actors` = {cfg.num_actors} exceeds `num_executors` = "
+                   f"{cfg.num_executors}; allowed: 1..num_executors")
     if cfg.executor_processes and not isinstance(cfg.env, str):
-        cfg._value_error(f"{name}: `executor_processes` = True needs `env` given by name; allowed: a "
-                         "registry name such as 'gym:CartPole-v1' or 'minatar:breakout'")
+        cfg.reject(f"{name}: `executor_processes` = True needs `env` given by name; allowed: a "
+                   "registry name such as 'gym:CartPole-v1' or 'minatar:breakout'")
 
 
 class HTSPPOConfig(FastPPOConfig):

@@ -141,7 +141,7 @@ def sample_with(module: Any, p: torch.Tensor, log_std: Optional[torch.Tensor],
         return a, logp_all.gather(-1, a.unsqueeze(-1)).squeeze(-1)
     noise = torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
     a = p + noise * log_std.exp()
-    return a, module._gauss_logp(a, p, log_std)
+    return a, module.gauss_logp(a, p, log_std)
 
 
 # ---------------------------------------------------------------------------

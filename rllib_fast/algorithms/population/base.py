@@ -28,17 +28,17 @@ import numpy as np
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX, EPISODE_RETURN_MEAN,
-                                     EPISODE_RETURN_MIN, LEARNER_RESULTS, NUM_EPISODES, NUM_EPISODES_LIFETIME)
+                                     EPISODE_RETURN_MIN, NUM_EPISODES, NUM_EPISODES_LIFETIME)
 
 from ...core.algorithm import FastAlgorithm
 from ...core.metrics import EpisodeTracker
+from ...core.seeding import PBT_HOST, derive_seed
 from ...core.stacked import FusedSteps
 from ...core.state import StateAdapter
 from . import mutations as M
 from .rng import MemberRNG
 from .tracking import MemberReturns
 
-POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class HyperparameterTensors:
@@ -80,7 +80,7 @@ class PopulationAlgorithm(FastAlgorithm):
         self.tracker = EpisodeTracker(env.num_envs, self.device, cfg.metrics_num_episodes_for_smoothing)
         self.returns = MemberReturns(self.K, self.n, self.device, cfg.fitness_window)
         self.rng = MemberRNG.from_seed(self.seed, self.K, self.device)
-        self.host_rng = np.random.default_rng(self.seed)   # host-side PBT draws (selection, explore)
+        self.host_rng = np.random.default_rng(derive_seed(self.seed, PBT_HOST))  # host-side PBT draws
         self.mutations = cfg.resolved_mutations()
         self.hp = HyperparameterTensors(cfg.MEMBER_HPARAMS, self.K, self.device)
         for k in self.hp.names:
@@ -323,4 +323,4 @@ class PopulationAlgorithm(FastAlgorithm):
         self.episodes_logged = episodes
         trained = n_updates * cfg.batch_size * self.K
         self.log_trained_steps(trained)
-        self.metrics.log_value((LEARNER_RESULTS, POLICY, "num_updates_lifetime"), self.num_updates, window=1)
+        self.log_learner("num_updates_lifetime", self.num_updates)

@@ -28,6 +28,8 @@ from typing import Dict, Sequence
 
 import torch
 
+from ...core.seeding import MEMBER, derive_seed
+
 
 def _s64(c: int) -> int:
     """An unsigned 64-bit constant as the int64 with the same bits."""
@@ -68,9 +70,9 @@ class MemberRNG:
 
     @classmethod
     def from_seed(cls, seed: int, num_members: int, device) -> "MemberRNG":
-        idx = torch.arange(num_members, dtype=torch.int64, device=device)
-        base = _mix64(torch.full_like(idx, int(seed) & 0x7FFFFFFFFFFFFFFF) + _GOLDEN)
-        return cls(_mix64(base ^ _mix64((idx + 1) * _GOLDEN)))
+        """Member k's key from the trial's seed (``core.seeding``: tag MEMBER, key k), spread to 64 bits."""
+        words = [derive_seed(seed, MEMBER, k) for k in range(num_members)]
+        return cls(_mix64(torch.tensor(words, dtype=torch.int64, device=device) + _GOLDEN))
 
     @property
     def num_members(self) -> int:

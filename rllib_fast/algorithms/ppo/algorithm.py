@@ -14,13 +14,10 @@ reduction at the end of an iteration.
 from __future__ import annotations
 
 import torch
-from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import LEARNER_RESULTS
 
 from ..onpolicy import OnPolicyAlgorithm, Targets, UpdateRule, masked_mean, standardize
 from .config import FastPPOConfig
 
-POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class PPOUpdate(UpdateRule):
@@ -51,8 +48,8 @@ class PPOUpdate(UpdateRule):
             for i in range(cfg.num_minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
                 # global masked means across data-parallel learners (one all-reduce, outside the compiled step)
-                denom = algo._mean_denominator(w[idx] if w is not None else None, mb)
-                loss, mstats = algo._update_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w,
+                denom = algo.mean_denominator(w[idx] if w is not None else None, mb)
+                loss, mstats = algo.update_step(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w,
                                                denom)
                 algo.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -66,14 +63,14 @@ class PPOUpdate(UpdateRule):
                     algo.dist.mean_(epoch_kl)  # every learner adapts lr from the same KL
                 self._adapt_lr(float(epoch_kl) / cfg.num_minibatches)
         count = stats[5]
-        log = algo.metrics.log_value
+        log = algo.log_learner
         for i, key in enumerate(("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "clip_fraction")):
-            log((LEARNER_RESULTS, POLICY, key), stats[i] / count, window=1)
+            log(key, stats[i] / count)
         with torch.no_grad():
             var_t = targets.var()
             ev = 1 - (targets - old_v).var() / var_t.clamp_min(1e-8)
-        log((LEARNER_RESULTS, POLICY, "vf_explained_var"), ev, window=1)
-        log((LEARNER_RESULTS, POLICY, "curr_lr"), algo.optimizer.param_groups[0]["lr"], window=1)
+        log("vf_explained_var", ev)
+        log("curr_lr", algo.optimizer.param_groups[0]["lr"])
 
     def loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, denom):
         """One minibatch's clipped-surrogate loss and its (policy loss, value
@@ -87,7 +84,7 @@ class PPOUpdate(UpdateRule):
         ratio = log_ratio.exp()
         a = adv[idx]
         if cfg.normalize_advantages:
-            a = standardize(a, wi, algo._reduce)
+            a = standardize(a, wi, algo.reduce_over_learners)
         surr = torch.min(ratio * a, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * a)
         pg_loss = -masked_mean(surr, wi, denom)
         v = module.value(critic_in[idx])

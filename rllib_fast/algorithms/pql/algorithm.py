@@ -19,7 +19,6 @@ from typing import Any, Dict
 import numpy as np
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import LEARNER_RESULTS
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from ...core.algorithm import FastAlgorithm
@@ -30,7 +29,6 @@ from .components import ActorRole, CriticLearner, Dims, LiveParams, PolicyLearne
 from .config import DDPGNConfig, PQLConfig, SACNConfig
 from .nets import load_snapshot, snapshot
 
-POLICY = DEFAULT_MODULE_ID  # RLlib's module id of a single-agent policy
 
 
 class _PQLFamily(FastAlgorithm):
@@ -58,7 +56,7 @@ class _PQLFamily(FastAlgorithm):
     def build_roles(self) -> None:
         raise NotImplementedError("abstract: _PQLFamily.build_roles")
 
-    def get_module(self, module_id: str = POLICY):
+    def get_module(self, module_id: str = DEFAULT_MODULE_ID):
         """The Actor's deterministic policy as an RLModule (shares its networks)."""
         from .module import pql_policy_module
 
@@ -120,22 +118,20 @@ class _PQLFamily(FastAlgorithm):
         self.log_env_steps(env_steps * self.env.num_envs)
         self.tracker.log_to(self.metrics)
         trained = int(n_critic) * cfg.resolved_batch_size()
-        m = self.metrics
         self.log_trained_steps(trained)
-        L = (LEARNER_RESULTS, POLICY)
         if n_critic:
-            m.log_value(L + ("critic_loss",), float(critic_m[0]) / n_critic, window=1)
-            m.log_value(L + ("q_mean",), float(critic_m[1]) / n_critic, window=1)
+            self.log_learner("critic_loss", float(critic_m[0]) / n_critic)
+            self.log_learner("q_mean", float(critic_m[1]) / n_critic)
         if n_policy:
-            m.log_value(L + ("policy_loss",), float(policy_m[0]) / n_policy, window=1)
-            m.log_value(L + ("entropy" if cfg.policy_learner == "sac" else "abs_action_mean",),
-                        float(policy_m[1]) / n_policy, window=1)
-        m.log_value(L + ("num_critic_updates",), n_critic, window=1)
-        m.log_value(L + ("num_policy_updates",), n_policy, window=1)
-        m.log_value(L + ("beta_av_achieved",), n_critic / max(1, env_steps), window=1)
-        m.log_value(L + ("beta_pv_achieved",), n_critic / n_policy if n_policy else float("nan"), window=1)
-        m.log_value(L + ("replay_bytes",), self.replay_bytes, window=1)
-        m.log_value(L + ("curr_lr",), self.live.lr, window=1)
+            self.log_learner("policy_loss", float(policy_m[0]) / n_policy)
+            self.log_learner("entropy" if cfg.policy_learner == "sac" else "abs_action_mean",
+                             float(policy_m[1]) / n_policy)
+        self.log_learner("num_critic_updates", n_critic)
+        self.log_learner("num_policy_updates", n_policy)
+        self.log_learner("beta_av_achieved", n_critic / max(1, env_steps))
+        self.log_learner("beta_pv_achieved", n_critic / n_policy if n_policy else float("nan"))
+        self.log_learner("replay_bytes", self.replay_bytes)
+        self.log_learner("curr_lr", self.live.lr)
 
     def _networks(self) -> Dict[str, Any]:
         """The learners' networks as modules too (generic tools inspect nn.Module components;
@@ -327,18 +323,17 @@ class PQL(_PQLFamily):
             critic_m, policy_m = self.v.take_metrics(), self.p.take_metrics()
             waited = {k: s1["waited_s"][k] - s0["waited_s"][k] for k in s1["waited_s"]}
         self._log(int(d["actor"]), d["critic"], d["policy"], critic_m, policy_m)
-        L = (LEARNER_RESULTS, POLICY)
         for k, w in waited.items():
-            self.metrics.log_value(L + (f"{k}_wait_fraction",), w / elapsed, window=1)
+            self.log_learner(f"{k}_wait_fraction", w / elapsed)
         overrides = be.remote_overrides if ray_mode else s1["overrides"]
-        self.metrics.log_value(L + ("wait_overrides",), float(sum(overrides.values())), window=1)
-        self.metrics.log_value(L + ("ratio_control_armed",), float(ctl.armed), window=1)
+        self.log_learner("wait_overrides", float(sum(overrides.values())), window=1)
+        self.log_learner("ratio_control_armed", float(ctl.armed))
         rates = ctl.window_rates()
         for k, v in rates.items():
-            self.metrics.log_value(L + (f"{k}_rate_per_s",), v, window=1)
+            self.log_learner(f"{k}_rate_per_s", v)
         if rates["actor"] > 0 and rates["policy"] > 0:
-            self.metrics.log_value(L + ("beta_av_window",), rates["critic"] / rates["actor"], window=1)
-            self.metrics.log_value(L + ("beta_pv_window",), rates["critic"] / rates["policy"], window=1)
+            self.log_learner("beta_av_window", rates["critic"] / rates["actor"])
+            self.log_learner("beta_pv_window", rates["critic"] / rates["policy"])
 
     def _stats_copy(self):
         s = self.actor.stats()

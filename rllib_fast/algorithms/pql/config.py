@@ -1,6 +1,6 @@
 """Hyperparameters of PQL and its sequential baselines DDPGN / SACN.
 
-Defaults are the paper's and the released code's (Li et al. 2023; digest §1.B),
+Defaults are the paper's and the released code's (Li et al. 2023, §4 and App. B),
 with the sizes that only make sense for 4096 GPU envs resolved by ``"auto"``
 from the env's size: ``batch_size`` = 2·N clamped to [256, 8192] (the paper's
 8192 at N = 4096), ``buffer_size`` = 1221·N (the paper's 5M at 4096) clamped to

@@ -76,14 +76,14 @@ class PQLLearnerHost(LearnerActor):
     """One learner (role 'critic' = V, 'policy' = P) with its loop thread."""
 
     def __init__(self, role: str, algo_cls, config_state: Dict[str, Any], dims: Dims, rows_per_add: int,
-                 capacity: int, device: str, init: Dict[str, Any]):
+                 capacity: int, device: str, init: Dict[str, Any], live: LiveParams):
         super().__init__(algo_cls, config_state)
         cfg = self.config
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         self.role, self.cfg = role, cfg
-        self.live = LiveParams.from_config(cfg)
+        self.live = live  # the driver's live values (its configured_lr): a copy, kept current by set_live
         torch.manual_seed(derive_seed(cfg.seed or 0, PQL_LEARNER, 0 if role == "critic" else 1))
         klass = CriticLearner if role == "critic" else PolicyLearner
         self.learner = self.hosted = klass(cfg, dims, self.device, self.live, rows_per_add, capacity)
@@ -268,7 +268,7 @@ class RayBackend:
                     placement_group=pg, placement_group_bundle_index=i + 1)
             dev = devices[role] if devices[role] != "auto" else ("auto" if gpus[role] > 0 else "cpu")
             self.hosts[role] = PQLLearnerHost.options(**opts).remote(
-                role, type(algo), cfg.get_state(), algo.dims, algo.env.num_envs, algo.capacity, dev, init)
+                role, type(algo), cfg.get_state(), algo.dims, algo.env.num_envs, algo.capacity, dev, init, algo.live)
         self.devices = dict(zip(self.ROLES, ray.get([h.device_name.remote() for h in self.hosts.values()])))
         self.pending: Dict[str, list] = {r: [] for r in self.ROLES}
         self.pending_weights: Dict[str, Any] = {r: None for r in self.ROLES}
