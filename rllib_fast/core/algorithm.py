@@ -280,6 +280,9 @@ class FastAlgorithm(Algorithm):
 
     # Whether `num_learners > 1` (synchronous data-parallel learners) is implemented.
     SUPPORTS_DATA_PARALLEL = False
+    # Config keys a checkpoint must match before anything is loaded (they shape the env
+    # state and storages; a mismatch found later would leave a half-restored algorithm).
+    LAYOUT_KEYS: tuple = ("num_envs",)
 
     # -- construction ---------------------------------------------------------
     def setup(self, config: AlgorithmConfig) -> None:  # noqa: D401 - RLlib hook
@@ -503,7 +506,7 @@ class FastAlgorithm(Algorithm):
         setup = state.get("setup") if isinstance(state, dict) else None
         # A different algorithm or env count fails late and obscurely (a tensor size
         # mismatch steps later), so these are checked before anything is loaded.
-        detail = self._setup_mismatch(setup, keys=("num_envs",))
+        detail = self._setup_mismatch(setup, keys=self.LAYOUT_KEYS)
         if detail is not None:
             raise CheckpointMismatchError(detail)
         source_restores = state.get("env") is not None and hasattr(self.env, "set_state")
@@ -533,6 +536,12 @@ class FastAlgorithm(Algorithm):
         # one the checkpoint was trained under (PBT mutated it); old checkpoints: the config's.
         self._applied_lr = state.get("applied_lr")
         self.apply_live_hyperparameters()
+
+    def guarded_components(self) -> Dict[str, Any]:
+        """The components ``nonfinite_guard='skip'`` snapshots and rolls back
+        after a bad iteration (its modules and optimizers are copied): all
+        stateful components unless an algorithm keeps some out."""
+        return self.stateful_components()
 
     def get_checkpointable_components(self) -> list:
         return []

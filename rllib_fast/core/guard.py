@@ -86,6 +86,14 @@ def bad_parameter(algo) -> Optional[str]:
     return None
 
 
+def _guarded(algo) -> Dict[str, Any]:
+    """What 'skip' rolls back: the algorithm's ``guarded_components()`` (its
+    stateful components, less what must not go back), for algorithms without
+    that hook all of ``stateful_components()``."""
+    hook = getattr(algo, "guarded_components", None)
+    return hook() if hook is not None else algo.stateful_components()
+
+
 class UpdateGuard:
     """Per-iteration check; see the module docstring."""
 
@@ -103,7 +111,7 @@ class UpdateGuard:
         """Copies of module and optimizer state, only in ``skip`` mode."""
         if self.mode != "skip":
             return None
-        return {k: copy.deepcopy(v.state_dict()) for k, v in algo.stateful_components().items()
+        return {k: copy.deepcopy(v.state_dict()) for k, v in _guarded(algo).items()
                 if isinstance(v, (torch.nn.Module, torch.optim.Optimizer))}
 
     def check(self, algo, result: Dict[str, Any], snapshot: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -133,7 +141,7 @@ class UpdateGuard:
                 raise NonFiniteUpdateError(
                     f"{name}: {problem} at training iteration {iteration}; stopping the trial so the last good "
                     "checkpoint stays intact (config nonfinite_guard='skip' discards bad updates instead)")
-            for k, v in algo.stateful_components().items():
+            for k, v in _guarded(algo).items():
                 if k in snapshot:
                     v.load_state_dict(snapshot[k])
             skipped += 1

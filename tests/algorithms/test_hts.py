@@ -241,6 +241,102 @@ def test_stop_mid_iteration_does_not_deadlock():
     assert not any(th.is_alive() for th in threads)
 
 
+def test_an_interrupted_round_leaves_a_consistent_algorithm():
+    """Ctrl-C (or any error) at the barrier used to leave the executors running
+    that round; the next train() then swapped storages they were still writing,
+    on every round after. Now the round is aborted: runtime closed, storages
+    dropped, and training continues with full rounds and lag exactly one."""
+    env = VariableTimeCreator("CartPole", mean_s=0.005, std_s=0.0, distribution="constant")
+    algo = (HTSPPOConfig().environment(env, num_envs=4)
+            .training(num_executors=2, sync_interval=10, decorrelate_steps=0, validate_env_on_setup=False)
+            .debugging(seed=0).build_algo())
+    algo.train()
+    rt = algo.runtime
+    original = rt.wait_round
+
+    def interrupted(timeout_s):
+        rt.wait_round = original
+        raise KeyboardInterrupt
+
+    rt.wait_round = interrupted
+    version = algo.version
+    with pytest.raises(KeyboardInterrupt):
+        algo.train()
+    assert algo.runtime is None and not rt.alive and not algo.buffers.has_pending
+    # the pending batch was consumed (+1) before the barrier; then the current weights
+    # count as two versions (+1), as at the start
+    assert algo.version == version + 2
+    for _ in range(3):
+        algo.train()
+    rt2 = algo.runtime
+    rounds = 3 * algo.config.rounds_per_iteration
+    # every round was complete when it was swapped in, and no round runs on in the background
+    assert rt2.steps_done == [rounds * 10] * 2 and rt2._done == 2
+    assert all(learner - behaviour == 1 for learner, behaviour in algo.lag_history)
+    algo.stop()
+
+
+def test_round_timeout_counts_time_without_progress():
+    """``wait_timeout_s`` is the time without any env step, not the round's length:
+    a round of 40 steps x 20 ms is healthy with a 0.3 s timeout."""
+    env = VariableTimeCreator("CartPole", mean_s=0.02, std_s=0.0, distribution="constant")
+    algo = (HTSPPOConfig().environment(env, num_envs=4)
+            .training(num_executors=2, sync_interval=40, decorrelate_steps=0, validate_env_on_setup=False,
+                      wait_timeout_s=0.3).debugging(seed=0).build_algo())
+    algo.train()
+    assert algo.runtime.steps_done == [40 * algo.config.rounds_per_iteration] * 2
+    algo.stop()
+
+
+def test_guard_skip_keeps_the_behaviour_snapshots_of_the_pending_batch():
+    """'skip' rolls the learner back, not the snapshots the pending batch was
+    collected with: its stored log-probs must still be the snapshot's."""
+    from rllib_fast.core.guard import UpdateGuard
+
+    algo = small(num_executors=2, sync_interval=8, decorrelate_steps=5, nonfinite_guard="skip").build_algo()
+
+    def pending_logp_error():
+        st = algo.buffers.read
+        snap = algo.snapshots[algo.buffers.read_version % 2]
+        with torch.no_grad():
+            logp, _ = snap.evaluate_actions(snap.policy_input(st.flat("obs")), st.flat("actions"))
+        return (logp - st.flat("logp")).abs().max().item()
+
+    algo.train(); algo.train()
+    guard = UpdateGuard("skip")
+    before = guard.snapshot(algo)
+    params_before = {k: v.clone() for k, v in before["module"].items()}
+    algo.train()
+    guard.check(algo, {"learners": {"default_policy": {"policy_loss": float("nan")}}}, before)
+    assert all(torch.equal(v, params_before[k]) for k, v in algo.module.state_dict().items())  # rolled back
+    assert pending_logp_error() < 1e-5
+    algo.stop()
+
+
+def test_restore_into_other_executor_count_fails_before_loading(tmp_path):
+    from rllib_fast.core.algorithm import CheckpointMismatchError
+
+    algo = small(num_executors=2).build_algo()
+    algo.train()
+    path = algo.save_to_path(str(tmp_path / "ckpt"))
+    other = small(num_executors=4).build_algo()
+    params = flat_params(other)
+    with pytest.raises(CheckpointMismatchError, match="num_executors=2"):
+        other.restore_from_path(path)
+    assert torch.equal(flat_params(other), params)   # nothing was loaded
+    algo.stop(); other.stop()
+
+
+def test_train_after_stop_is_a_clear_error():
+    algo = small(num_executors=2).build_algo()
+    algo.train()
+    threads = list(algo.runtime._threads)
+    algo.stop()
+    with pytest.raises(RuntimeError, match="was stopped"):
+        algo.train()
+    assert not any(t.is_alive() for t in threads)
+
+
 # -- config validation and evaluation metrics ------------------------------------------------------------------
 def test_bad_config_names_key_and_allowed_values():
     with pytest.raises(ValueError, match="num_executors.*allowed"):

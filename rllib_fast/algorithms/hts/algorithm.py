@@ -31,6 +31,7 @@ versions, the executors' RNG streams and envs, so a restore continues exactly
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import time
@@ -55,6 +56,11 @@ from .storage import DoubleStorage, clone_storage
 
 
 
+#: How many (learner, behaviour) version pairs ``lag_history`` keeps (bounded: a day-long
+#: run at alpha=1 has millions of rounds).
+LAG_HISTORY = 100_000
+
+
 def executor_rng_seed(seed: int, e: int) -> int:
     """Seed of executor ``e``'s sampling stream (independent of its env's seed)."""
     return derive_seed(seed, EXECUTOR, e)
@@ -68,6 +74,8 @@ class HTSAlgorithm(OnPolicyAlgorithm):
     SUPPORTS_DATA_PARALLEL = False
     # On CPU a restored run continues bit-identically (tested).
     RESUME_EXACT = True
+    # the env is split into one part per executor, and a round's storage is alpha x num_envs
+    LAYOUT_KEYS = ("num_envs", "num_executors", "sync_interval")
 
     # -- env: one part per executor ------------------------------------------------------
     def make_env(self, num_envs: int, seed: int):
@@ -137,7 +145,9 @@ class HTSAlgorithm(OnPolicyAlgorithm):
         self.paper = PaperMetrics()
         self.train_time_s = 0.0
         self.runtime = None
-        self.lag_history: list = []          # (learner_version, behaviour_version) of every consumed batch
+        # (learner_version, behaviour_version) of the consumed batches, the last LAG_HISTORY of them
+        self.lag_history: collections.deque = collections.deque(maxlen=LAG_HISTORY)
+        self.stopped = False
         self._behaviour = None
 
     def _new_snapshot(self):
@@ -151,6 +161,9 @@ class HTSAlgorithm(OnPolicyAlgorithm):
             dst.copy_(src)
 
     def _ensure_runtime(self) -> HTSRuntime:
+        if self.stopped:
+            raise RuntimeError(f"{type(self).__name__} was stopped (its envs are closed); build a new one or "
+                               "restore a checkpoint into a new one")
         if self.runtime is None or not self.runtime.alive:
             cfg, env = self.config, self.env
             act = self.module
@@ -172,10 +185,14 @@ class HTSAlgorithm(OnPolicyAlgorithm):
         tot = dict(round=0.0, learner_wait=0.0, busy=0.0, act_wait=0.0, actor_busy=0.0, forwards=0, served=0,
                    trained=0)
         lags = []
-        for _ in range(cfg.rounds_per_iteration):
-            lag = self._round(runtime, tot)
-            if lag is not None:
-                lags.append(lag)
+        try:
+            for _ in range(cfg.rounds_per_iteration):
+                lag = self._round(runtime, tot)
+                if lag is not None:
+                    lags.append(lag)
+        except BaseException:
+            self._abort_round()
+            raise
         elapsed = time.perf_counter() - t_start
         self.train_time_s += elapsed
         N, E = self.env.num_envs, cfg.num_executors
@@ -237,6 +254,20 @@ class HTSAlgorithm(OnPolicyAlgorithm):
         tot["served"] += runtime.served
         return lag
 
+    def _abort_round(self) -> None:
+        """Leave a consistent state when a round did not finish (Ctrl-C, a worker
+        error, a timeout, an exception while learning): the executors may still
+        be writing, the pending batch may be half normalised. The runtime is
+        closed (its threads joined; the next ``train()`` starts a new one), both
+        storages are dropped (up to two rounds of data), and the next round
+        starts as the first one does: the current weights count as two versions
+        (``version += 1``), so the lag stays exactly one and labels stay true.
+        Episodes in flight are not recorded (the tracker missed the dropped steps)."""
+        self._close_runtime()
+        self.buffers.discard()
+        self.version += 1
+        self.tracker.skip_current_episodes()
+
     def _consume(self, st, behaviour) -> None:
         """Targets and update from a filled storage (the learner's half of a round).
 
@@ -293,6 +324,12 @@ class HTSAlgorithm(OnPolicyAlgorithm):
         return {**super().stateful_components(), "snapshot_0": self.snapshots[0], "snapshot_1": self.snapshots[1],
                 "buffers": self.buffers, "paper_metrics": self.paper}
 
+    def guarded_components(self) -> Dict[str, Any]:
+        """The behaviour snapshots are not rolled back by ``nonfinite_guard='skip'``:
+        the pending batch was collected with them, and its importance ratios,
+        behaviour values and HTSA2C's delayed gradient need exactly those."""
+        return {k: v for k, v in super().guarded_components().items() if not k.startswith("snapshot_")}
+
     def extra_state(self) -> Dict[str, Any]:
         return {**super().extra_state(), "version": self.version, "rounds": self.rounds,
                 "train_time_s": self.train_time_s, "any_invalid": self.any_invalid,
@@ -319,6 +356,7 @@ class HTSAlgorithm(OnPolicyAlgorithm):
         return super().reset_config(new_config)
 
     def cleanup(self) -> None:
+        self.stopped = True
         self._close_runtime()
         super().cleanup()
 

@@ -196,6 +196,7 @@ class HTSRuntime:
         # per-round timing (each executor writes only its own slot)
         self.busy_s = [0.0] * self.E
         self.act_wait_s = [0.0] * self.E
+        self.steps_done = [0] * self.E   # env steps of each executor so far (its own slot): progress
         self.forwards = 0
         self.served = 0
         self.actor_busy_s = 0.0
@@ -225,12 +226,18 @@ class HTSRuntime:
             self._round_cond.notify_all()
 
     def wait_round(self, timeout_s: float) -> None:
-        """Block until every executor finished the round (the barrier)."""
+        """Block until every executor finished the round (the barrier).
+        ``timeout_s`` bounds the time *without progress* (no executor took an env
+        step), not the round: a slow simulator with a long round is healthy."""
         deadline = time.monotonic() + timeout_s
+        progress = -1
         with self._round_cond:
             while self._done < self.E:
                 self._check()
-                if time.monotonic() > deadline:
+                now, seen = time.monotonic(), sum(self.steps_done)
+                if seen != progress:
+                    progress, deadline = seen, now + timeout_s
+                elif now > deadline:
                     raise TimeoutError(f"HTS: executors made no progress for {timeout_s}s "
                                        f"({self._done}/{self.E} finished the round)")
                 self._round_cond.wait(self.poll_s)
@@ -322,6 +329,7 @@ class HTSRuntime:
                 if self.states is not None:
                     st["final_states"][t, sl].copy_(final_states(step))
                     self.states[sl].copy_(step_states(step))
+                self.steps_done[e] += 1
                 busy += time.perf_counter() - t1
             self.busy_s[e], self.act_wait_s[e] = busy, wait
             with self._round_cond:

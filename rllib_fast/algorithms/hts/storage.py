@@ -74,6 +74,12 @@ class DoubleStorage:
     def mark_exhausted(self) -> None:
         self.exhausted = True
 
+    def discard(self) -> None:
+        """Drop the pending batch and whatever was written (an interrupted round):
+        nothing to consume, the write storage free."""
+        self.filled = False
+        self.exhausted = True
+
     def swap(self) -> None:
         if not (self.filled and self.exhausted):
             raise SwapError(f"DoubleStorage: swap needs filled and exhausted, got filled={self.filled}, "
