@@ -109,7 +109,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-freq", type=int, default=None, help="checkpoint every N iterations")
     p.add_argument("--checkpoint-at-end", action=argparse.BooleanOptionalAction, default=None,
                    help="checkpoint when a trial ends (default: on)")
-    p.add_argument("--storage-path", "--local-dir", default="./runs", help="where trial directories go (./runs)")
+    p.add_argument("--storage-path", "--local-dir", default=None,
+                   help="where trial directories go (default: the file's storage_path, else ./runs)")
     p.add_argument("--experiment-name", "--name", default=None, help="experiment (and MLflow experiment) name")
     p.add_argument("--seed", type=int, default=None, help="set config seed")
     p.add_argument("--mlflow", action=argparse.BooleanOptionalAction, default=True,
@@ -194,6 +195,9 @@ def build_parser(prog: str = "rllib") -> argparse.ArgumentParser:
 
 def _train(args) -> int:
     what = list(getattr(args, "what", []) or [])
+    if (getattr(args, "file", None) or what) and (args.algo or args.env):
+        raise UsageError("--algo/--env name a run given by flags; a file names its own `run` and `env` "
+                         "(use --config '{\"env\": ...}' to change a file's env)")
     if getattr(args, "file", None) and not what:
         plan = plan_from_file(args.file, args)
     elif what:

@@ -197,7 +197,7 @@ def test_parser_aliases():
         args = p.parse_args(["train", flag, "FastPPO", "-e", "CartPole", "-c", "{}"])
         assert args.algo == "FastPPO" and args.env == "CartPole" and args.config == "{}"
     args = p.parse_args(["train", "--algo", "X"])
-    assert args.mlflow is True and args.checkpoint_at_end is None and args.storage_path == "./runs"
+    assert args.mlflow is True and args.checkpoint_at_end is None and args.storage_path is None  # ./runs unless a file says
     args = p.parse_args(["train", "-f", "x.yaml", "--no-mlflow", "--no-checkpoint-at-end", "-v"])
     assert args.file == "x.yaml" and args.mlflow is False and args.checkpoint_at_end is False
     assert args.verbose == 2
@@ -433,3 +433,36 @@ def test_demo_console_is_short_and_narrow(tmp_path):
     assert best and all("parameters={'lr': " in ln and "'clip_param': " in ln for ln in best), best
     assert any(ln.startswith("| FastPPO_") for ln in lines)  # the progress table
     assert any("best trial: mean return" in ln for ln in lines)
+
+
+def test_train_file_with_algo_or_env_flag_is_refused(capsys):
+    path = _write_yaml(Path("f.yaml"), "s:\n  run: FastPPO\n  env: CartPole\n")
+    assert main(["train", "-f", path, "--env", "Pendulum"]) == 2
+    _one_line_no_ray(capsys, "--algo/--env name a run given by flags")
+
+
+def test_read_only_rllib_property_in_config_is_one_line(capsys):
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--config",
+                 '{"model_config": {"fcnet_hiddens": [32]}}']) == 2
+    _one_line_no_ray(capsys, "model_config")
+
+
+def test_no_false_warning_for_settable_rllib_properties(capsys):
+    from rllib_fast.tune.plan import _warn_unknown_rllib_keys, resolve_algorithm
+
+    _warn_unknown_rllib_keys(resolve_algorithm("PPO"), {"train_batch_size_per_learner": 1234})
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_evaluate_corrupted_checkpoint_is_one_line(capsys, tmp_path):
+    from rllib_fast.algorithms import FastPPOConfig
+
+    algo = FastPPOConfig().environment("CartPole", num_envs=4).training(rollout_length=8).build_algo()
+    algo.train()
+    path = algo.save_to_path(str(tmp_path / "ckpt"))
+    algo.stop()
+    state = Path(path) / "algorithm_state.pkl"
+    state.write_bytes(state.read_bytes()[:100])
+    assert main(["evaluate", path, "--episodes", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err

@@ -298,3 +298,88 @@ def test_report_reads_progress_csv_when_result_json_was_cut(tmp_path):
     from rllib_fast.tune.plots import read_trial_results, results_curve
 
     assert [x for x, _ in results_curve(read_trial_results(str(trial)))] == [1000, 2000, 3000, 4000, 5000]
+
+
+def _one_line(capsys, *needles):
+    import ray
+
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert n in err, err
+    assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("scheduler: {type: pbt, perturbation_interval: 0, hyperparam_mutations: {lr: [1.0e-3]}}", "scheduler pbt"),
+    ("scheduler: {type: asha, grace_period: 0}", "scheduler asha"),
+    ("scheduler: [pbt]", "`scheduler` = ['pbt'] is not allowed"),
+    ("search: {type: optuna, sampler: tpe}", "search optuna"),
+    ("num_samples: eight", "`num_samples` = 'eight' is not allowed"),
+    ("max_failures: two", "`max_failures` = 'two' is not allowed"),
+    ("failure_config: {max_failures: 1, fail_fst: true}", "`failure_config` key 'fail_fst'"),
+    ("checkpoint_config: {checkpoint_frequncy: 2}", "Did you mean 'checkpoint_frequency'?"),
+    ("resources: {trials_per_gpu: four}", "resources.trials_per_gpu"),
+    ("stop: {training_iteration: ten}", "stop value of 'training_iteration'"),
+    ("stop: {timesteps_total: 1000}", "use 'num_env_steps_sampled_lifetime'"),
+    ("config: {lr: {randn: [0.001, 0.0001]}}\n  search: {type: optuna}", "Optuna"),
+    ("config: {lr: {grid_search: [0.001, 0.002]}}\n  search: {type: optuna}", "no grid_search"),
+])
+def test_sweep_file_mistakes_are_one_line_before_ray(tmp_path, capsys, body, needle):
+    """Every mistake in a sweep file is one line before Ray starts, never a traceback
+    from inside Tune (Tune checks scheduler arguments with asserts, Optuna refuses some
+    domains only in set_search_properties, Tune compares stop values as numbers)."""
+    f = tmp_path / "bad.yaml"
+    stop = "" if body.startswith("stop:") else "  stop: {training_iteration: 1}\n"  # never a long run
+    f.write_text(f"s:\n  run: FastPPO\n  env: CartPole\n{stop}  {body}\n")
+    assert main(["sweep", str(f), "--storage-path", str(tmp_path / "runs")]) == 2
+    _one_line(capsys, needle)
+
+
+def test_sweep_file_values_read_as_meant(tmp_path):
+    """YAML 1.1 reads 1e6 as a string: a stop value is read as the number; the flag's
+    storage path wins over the file's, the file's over ./runs; fail_fast reaches Tune."""
+    f = tmp_path / "s.yaml"
+    f.write_text("s:\n  run: FastPPO\n  env: CartPole\n  stop: {num_env_steps_sampled_lifetime: 1e6}\n"
+                 f"  storage_path: {tmp_path / 'from_file'}\n  failure_config: {{max_failures: 2, fail_fast: true}}\n")
+    args = build_parser().parse_args(["sweep", str(f)])
+    (s,) = load_sweeps(args.file, args)
+    assert s.stop == {"num_env_steps_sampled_lifetime": 1_000_000}
+    assert s.storage_path == str(tmp_path / "from_file") and s.max_failures == 2 and s.fail_fast is True
+    args = build_parser().parse_args(["sweep", str(f), "--storage-path", str(tmp_path / "from_flag")])
+    (s,) = load_sweeps(args.file, args)
+    assert s.storage_path == str(tmp_path / "from_flag")
+
+
+def test_resume_refuses_flags_it_cannot_apply(tmp_path, capsys):
+    f = tmp_path / "s.yaml"
+    f.write_text("s:\n  run: FastPPO\n  env: CartPole\n")
+    (tmp_path / "runs" / "s").mkdir(parents=True)
+    assert main(["sweep", str(f), "--storage-path", str(tmp_path / "runs"), "--resume",
+                 "--stop", '{"training_iteration": 50}', "--seed", "3"]) == 2
+    _one_line(capsys, "--resume continues the sweep as it was started", "--stop, --seed")
+
+
+def test_report_keeps_recovered_trials_apart_and_ranks_a_zero_return(tmp_path):
+    """Tune appends to error.txt on every failure, also one it retried; a trial that
+    then finished is 'done (recovered)', not ERROR. A best return of 0.0 is a value."""
+    from rllib_fast.tune.report import read_experiment, write_report
+
+    exp = tmp_path / "exp"
+    for name, best, done, error in (("T_a", 0.0, True, None), ("T_b", -7.0, True, None),
+                                    ("T_c", -2.0, True, "RuntimeError: worker died"),
+                                    ("T_d", -1.0, False, "ValueError: boom")):
+        d = exp / name
+        d.mkdir(parents=True)
+        rows = [{"training_iteration": 1, "num_env_steps_sampled_lifetime": 100, "time_total_s": 1.0,
+                 "env_runners": {"episode_return_mean": best}, "done": done}]
+        (d / "result.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        if error:
+            (d / "error.txt").write_text(error + "\n")
+    status = {t.name: t.status for t in read_experiment(str(exp))}
+    assert status == {"T_a": "done", "T_b": "done", "T_c": "done (recovered)", "T_d": "ERROR"}
+    paths = write_report(str(exp), str(tmp_path / "out"))
+    text = open(paths["markdown"]).read()
+    rows = [ln.split("|")[1].strip() for ln in text.splitlines() if ln.startswith("| T_")]
+    assert rows == ["T_a", "T_d", "T_c", "T_b"]          # 0.0 ranks first, not last
+    assert "(3 ok, 1 errored)" in text and "Failures recovered from" in text

@@ -335,10 +335,11 @@ class FastAlgorithm(Algorithm):
         envs (asynchronous drivers, whose learners own all envs, step one)."""
         return env_share(self.config.num_envs, self.world_size, "num_learners", type(self).__name__)
 
-    def make_env(self, num_envs: int, seed: int) -> TensorVecEnv:
+    def make_env(self, num_envs: int, seed: int, config=None) -> TensorVecEnv:
         """Create the tensor env from ``config.env`` (a name, a Tune-registered
-        creator or a callable), wrapping gymnasium vector envs if returned."""
-        cfg = self.config
+        creator or a callable), wrapping gymnasium vector envs if returned.
+        ``config``: whose ``env``/``env_config`` (default: the training config)."""
+        cfg = config if config is not None else self.config
         ctx = EnvContext({**cfg.env_config, "num_envs": num_envs, "device": str(self.device), "seed": seed},
                          worker_index=0)
         env = cfg.env
@@ -657,13 +658,17 @@ class FastAlgorithm(Algorithm):
         ``evaluation_max_path_length`` (maximum path length), greedy actions or
         a small epsilon (DQN's ``evaluation_epsilon``). Results are reported
         under ``evaluation/env_runners``.
-        Evaluation is greedy unless the evaluation config sets ``explore``.
+        Evaluation is greedy unless the evaluation config sets ``explore``; its
+        env is built from the evaluation config (``env``, ``env_config``).
         It syncs with the host every 50 steps to check completion (this is not
         the training hot path)."""
         n = max(1, int(self.evaluation_config.evaluation_duration
                        if self.evaluation_config.evaluation_duration != "auto" else 10))
         if self._eval_env is None or self._eval_env.num_envs != n:
-            self._eval_env = self.make_env(n, derive_seed(self.seed, EVALUATION))
+            # one plain env (not an algorithm's own layout, e.g. HTS's executor parts) built from
+            # the evaluation config, so `evaluation_config={"env_config": ...}` takes effect
+            self._eval_env = FastAlgorithm.make_env(self, n, derive_seed(self.seed, EVALUATION),
+                                                    config=self.evaluation_config)
         env = self._eval_env
         obs = env.reset(seed=derive_seed(self.seed, EVALUATION, self.training_iteration))
         ret = torch.zeros(n, dtype=torch.float64, device=self.device)

@@ -12,12 +12,16 @@ import contextlib
 import copy
 import difflib
 import json
+import math
 import os
 import re
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-_SEARCH_KEYS = ("search_alg", "scheduler", "metric", "mode", "num_samples", "max_concurrent_trials")
+#: Where trial directories go when neither ``--storage-path`` nor the file says.
+DEFAULT_STORAGE_PATH = "./runs"
+
+_SEARCH_KEYS = ("search_alg", "scheduler", "metric", "mode", "num_samples", "max_concurrent_trials", "reuse_actors")
 
 
 class UsageError(Exception):
@@ -137,6 +141,7 @@ def validate_config(cls: type, config: Mapping[str, Any]) -> None:
             _set_path(variant, path, v)
             variants.append(variant)
     for variant in variants:
+        _reject_read_only_keys(cls, variant)
         try:
             with quiet_rllib():
                 cfg = cls.get_default_config()
@@ -144,8 +149,22 @@ def validate_config(cls: type, config: Mapping[str, Any]) -> None:
                     _warn_unknown_rllib_keys(cls, variant)
                 cfg = cfg.update_from_dict(variant)
                 cfg.validate()
-        except (ValueError, TypeError) as err:
+        except (ValueError, TypeError, AttributeError) as err:
             raise UsageError(one_line(err)) from None
+
+
+def _reject_read_only_keys(cls: type, config: Mapping[str, Any]) -> None:
+    """A key that is a read-only property of the config class (RLlib's ``model_config``,
+    ``learner_class``, ...) cannot be set from a dict: one line naming the key that can."""
+    import inspect
+
+    props = dict(inspect.getmembers(type(cls.get_default_config()), lambda v: isinstance(v, property)))
+    for key in config:
+        prop = props.get(key)
+        if prop is not None and prop.fset is None:
+            stored = f"_{key}"
+            hint = f"; in a config dict set {stored!r}" if stored in cls.get_default_config().to_dict() else ""
+            raise UsageError(f"{cls.__name__}: config key {key!r} is a read-only property{hint}")
 
 
 @contextlib.contextmanager
@@ -169,8 +188,12 @@ def quiet_rllib():
 
 def _warn_unknown_rllib_keys(cls: type, config: Mapping[str, Any]) -> None:
     """RLlib's update_from_dict silently accepts any key; at least warn."""
+    import inspect
+
     cfg = cls.get_default_config()
-    known = set(cfg.to_dict()) | set(vars(cfg)) | {"env", "lambda", "callbacks", "multiagent", "model"}
+    # plus properties with a setter (e.g. train_batch_size_per_learner, stored as _train_batch_size_per_learner)
+    settable = {n for n, v in inspect.getmembers(type(cfg)) if isinstance(v, property) and v.fset is not None}
+    known = set(cfg.to_dict()) | set(vars(cfg)) | settable | {"env", "lambda", "callbacks", "multiagent", "model"}
     for key in config:
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1)
@@ -224,6 +247,13 @@ def _checkpoint_config(spec: Dict[str, Any], args) -> Dict[str, Any]:
                         ("keep_checkpoints_num", "num_to_keep")):
         if legacy in spec:
             ckpt.setdefault(new, spec.pop(legacy))
+    allowed = ("num_to_keep", "checkpoint_score_attribute", "checkpoint_score_order", "checkpoint_frequency",
+               "checkpoint_at_end")
+    for key in ckpt:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise UsageError(f"checkpoint_config key {key!r} is not allowed.{hint} Allowed: {', '.join(allowed)}")
     if args.checkpoint_freq is not None:
         ckpt["checkpoint_frequency"] = args.checkpoint_freq
     if args.checkpoint_at_end is not None:
@@ -250,9 +280,14 @@ def _finish_spec(name: str, spec: Dict[str, Any], args, overrides: Dict[str, Any
         "config": config,
         "stop": parse_json(args.stop, "--stop") if args.stop is not None else dict(spec.pop("stop", None) or {}),
         "checkpoint_config": _checkpoint_config(spec, args),
-        "storage_path": os.path.abspath(os.path.expanduser(spec.pop("storage_path", None) or args.storage_path)),
-        "num_samples": args.num_samples if args.num_samples is not None else int(spec.pop("num_samples", 1)),
+        # the flag wins over the file, the file over the default (./runs)
+        "storage_path": os.path.abspath(os.path.expanduser(
+            args.storage_path or spec.pop("storage_path", None) or DEFAULT_STORAGE_PATH)),
+        "num_samples": args.num_samples if args.num_samples is not None else _whole(spec.pop("num_samples", 1),
+                                                                                     "num_samples", name),
     }
+    spec.pop("storage_path", None)
+    out["stop"] = _numeric_stop(out["stop"], name)
     spec.pop("stop", None)
     spec.pop("num_samples", None)
     from .stop_keys import stop_key_error
@@ -268,6 +303,40 @@ def _finish_spec(name: str, spec: Dict[str, Any], args, overrides: Dict[str, Any
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise UsageError(f"experiment {name!r}: unknown key {key!r}.{hint} Allowed: {', '.join(allowed)}")
     out.update(spec)
+    return out
+
+
+def _whole(value: Any, key: str, name: str) -> int:
+    try:
+        out = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        out = math.nan
+    if not math.isfinite(out) or out != int(out) or out < 1:
+        raise UsageError(f"experiment {name!r}: `{key}` = {value!r} is not allowed; allowed: a whole number >= 1")
+    return int(out)
+
+
+def _numeric_stop(stop: Any, name: str) -> Any:
+    """Stop values must be numbers: Tune compares ``result[key] >= value`` after the first
+    iteration, and a string (YAML 1.1 reads ``1e6`` as the string '1e6') would crash the
+    run there. Numeric strings are read as numbers; anything else is a one-line error."""
+    if not isinstance(stop, Mapping):
+        return stop
+    out: Dict[str, Any] = {}
+    for key, value in stop.items():
+        if isinstance(value, Mapping):
+            out[key] = _numeric_stop(value, name)
+            continue
+        if isinstance(value, str):
+            try:
+                value = float(value)
+                value = int(value) if value.is_integer() else value
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UsageError(f"experiment {name!r}: stop value of {key!r} = {value!r} is not allowed; "
+                             "allowed: a number")
+        out[key] = value
     return out
 
 
@@ -380,6 +449,12 @@ def _plan_from_py(path: str, args, overrides: Dict[str, Any]) -> Plan:
         run = next((k for k, v in fast_algorithms().items() if v is cls), None) or cls.__name__
     tune_cfg = module.get("tune_config") or {}
     if isinstance(tune_cfg, TuneConfig):
+        default = TuneConfig()
+        ignored = sorted(k for k in vars(tune_cfg) if k not in _SEARCH_KEYS and not k.startswith("_")
+                         and getattr(tune_cfg, k) != getattr(default, k, None))
+        if ignored:
+            raise UsageError(f"{path}: tune_config key(s) {ignored} are not supported here; allowed: "
+                             f"{', '.join(_SEARCH_KEYS)}")
         tune_cfg = {k: getattr(tune_cfg, k) for k in _SEARCH_KEYS}
     tune_cfg = {k: v for k, v in dict(tune_cfg).items() if v is not None}
     for key in _SEARCH_KEYS:

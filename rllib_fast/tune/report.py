@@ -51,10 +51,23 @@ class TrialRecord:
         return cfg
 
     @property
+    def finished(self) -> bool:
+        return bool(self.results and self.results[-1].get("done"))
+
+    @property
+    def failed(self) -> bool:
+        """Ended in an error. Tune appends to error.txt on *every* failure, also one it
+        then retried from a checkpoint (``max_failures``); a trial that went on to
+        finish is recovered, not failed."""
+        return bool(self.error) and not self.finished
+
+    @property
     def status(self) -> str:
-        if self.error:
+        if self.failed:
             return "ERROR"
-        return "done" if self.results and self.results[-1].get("done") else "stopped"
+        if self.error:
+            return "done (recovered)"
+        return "done" if self.finished else "stopped"
 
     def curve(self, metric: str, x: str = "env_steps") -> List[tuple]:
         pts = []
@@ -148,8 +161,13 @@ def write_report(exp_dir: str, out_dir: Optional[str] = None, *, threshold: Opti
               f"steps to {_fmt(threshold)}" if threshold is not None else "steps to threshold",
               f"seconds to {_fmt(threshold)}" if threshold is not None else "seconds to threshold", "status"]
     rows = []
-    order = sorted(trials, key=lambda t: -(t.best(metric, mode) or -math.inf) if mode == "max"
-                   else (t.best(metric, mode) or math.inf))
+    def rank(t: TrialRecord) -> float:  # best first; trials without a value last (0.0 is a value)
+        best = t.best(metric, mode)
+        if best is None:
+            return math.inf
+        return -best if mode == "max" else best
+
+    order = sorted(trials, key=rank)
     for t in order:
         flat = _scalar_config(t.config)
         last = t.results[-1] if t.results else {}
@@ -158,7 +176,7 @@ def write_report(exp_dir: str, out_dir: Optional[str] = None, *, threshold: Opti
                      _fmt(env_step(last) if last else None), _fmt(last.get("training_iteration")),
                      _fmt(reached[0]) if reached else "-", _fmt(reached[1]) if reached else "-",
                      t.status])
-    ok = [t for t in trials if not t.error]
+    ok = [t for t in trials if not t.failed]
     lines = [f"# Sweep report: {title}", "",
              f"- experiment directory: `{exp_dir}`",
              f"- algorithm(s): {', '.join(sorted(algo))}; env(s): {', '.join(env_names)}",
@@ -167,9 +185,13 @@ def write_report(exp_dir: str, out_dir: Optional[str] = None, *, threshold: Opti
                                                else "; no threshold (pass --threshold)"),
              "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    errored = [t for t in trials if t.error]
+    errored = [t for t in trials if t.failed]
     if errored:
         lines += ["", "## Errors", ""] + [f"- `{t.name}`: {t.error}" for t in errored]
+    recovered = [t for t in trials if t.error and not t.failed]
+    if recovered:
+        lines += ["", "## Failures recovered from (retried from a checkpoint, then finished)", ""] + [
+            f"- `{t.name}`: {t.error}" for t in recovered]
     lines += ["", "## Learning curves", "",
               f"![return vs env steps]({os.path.relpath(png_steps, out_dir)})", "",
               f"![return vs wall-clock]({os.path.relpath(png_wall, out_dir)})", ""]

@@ -11,6 +11,7 @@ import copy
 import json
 import math
 import os
+import shlex
 import sys
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -212,9 +213,13 @@ def checkpoint_ctor(ckpt: str) -> Tuple[type, Any]:
     ctor_file = os.path.join(ckpt, "class_and_ctor_args.pkl")
     if not os.path.isfile(ctor_file):
         raise UsageError(f"{ckpt} has no class_and_ctor_args.pkl (not a new-API-stack RLlib checkpoint)")
-    with open(ctor_file, "rb") as f:
-        ctor = pickle.load(f)
-    cls = ctor["class"]
+    try:
+        with open(ctor_file, "rb") as f:
+            ctor = pickle.load(f)
+        cls = ctor["class"]
+    except Exception as err:  # noqa: BLE001 - truncated, corrupted or from other code: one line
+        raise UsageError(f"{ckpt}: class_and_ctor_args.pkl cannot be read ({type(err).__name__}: "
+                         f"{one_line(err)})") from None
     args, kwargs = ctor.get("ctor_args_and_kwargs", ((), {}))
     config = kwargs.get("config", args[0] if args else None)
     if isinstance(config, dict):
@@ -246,14 +251,16 @@ def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: O
     config = config.copy(copy_frozen=False)
     if seed is not None:
         config.debugging(seed=seed)
+    # the checkpoint's own evaluation settings (e.g. an evaluation env_config) stay; explore is ours
+    eval_overrides = {**(config.evaluation_config or {}), "explore": explore}
     if is_fast(cls):
         config.evaluation(evaluation_duration=episodes, evaluation_duration_unit="episodes",
-                          evaluation_config=type(config).overrides(explore=explore))
+                          evaluation_config=eval_overrides)
     else:
         config.env_runners(num_env_runners=0)
         config.evaluation(evaluation_interval=1, evaluation_duration=episodes, evaluation_duration_unit="episodes",
                           evaluation_num_env_runners=0, evaluation_parallel_to_training=False,
-                          evaluation_config=type(config).overrides(explore=explore))
+                          evaluation_config=eval_overrides)
     try:
         with quiet_rllib():
             algo = config.build_algo()
@@ -261,8 +268,11 @@ def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: O
         raise UsageError(one_line(err)) from None
     bar = None
     try:
-        with quiet_rllib():
-            algo.restore_from_path(ckpt)
+        try:
+            with quiet_rllib():
+                algo.restore_from_path(ckpt)
+        except ValueError as err:  # CheckpointReadError / CheckpointMismatchError: one line each
+            raise UsageError(one_line(err)) from None
         if progress and is_fast(cls):
             bar = _episode_bar(episodes)
             algo.evaluation_progress = lambda done, total: bar.update(done - bar.n)
@@ -290,6 +300,20 @@ def run_sweep(args) -> int:
     from .session import dashboard_missing, init_ray, progress_reporter, temporary_env
     from .sweep import SweepError, build_tuner, cluster_gpus
 
+    if args.resume:
+        # Tuner.restore continues the sweep as it was started: its stop criteria, samples,
+        # checkpointing, search space and callbacks come from the experiment state, so
+        # these flags would be silently ignored (or, for --config/--seed, crash the restore).
+        fixed = [flag for flag, given in (("--stop", args.stop is not None), ("--config", bool(args.config)),
+                                          ("--seed", args.seed is not None),
+                                          ("--num-samples", args.num_samples is not None),
+                                          ("--checkpoint-freq", args.checkpoint_freq is not None),
+                                          ("--checkpoint-at-end", args.checkpoint_at_end is not None),
+                                          ("--no-mlflow", not args.mlflow)) if given]
+        if fixed:
+            raise UsageError(f"--resume continues the sweep as it was started (Tuner.restore keeps its stop, "
+                             f"samples, search space, checkpointing and MLflow recording); {', '.join(fixed)} "
+                             "cannot change it: drop them, or start a new sweep (--name NAME)")
     sweeps = load_sweeps(args.file, args)  # validate everything before starting Ray
     for sweep in sweeps:
         if args.resume and not os.path.isdir(sweep.path):
@@ -326,6 +350,8 @@ def run_sweep(args) -> int:
                                     progress_reporter=reporter)
             except SweepError as err:
                 raise UsageError(str(err)) from None
+            except ValueError as err:  # Tuner.restore: the saved sweep does not fit this file
+                raise UsageError(f"--resume: {sweep.path}: {one_line(err)}") from None
             with temporary_env("RAY_AIR_NEW_OUTPUT", "0"):  # the classic tables, our columns
                 results = tuner.fit()
             trials = results._experiment_analysis.trials
@@ -336,8 +362,10 @@ def run_sweep(args) -> int:
             rc = max(rc, summarize(trials, plan, collector, recorder,
                                         {"metric": sweep.metric, "mode": sweep.mode,
                                          "search_alg": sweep.search_alg}))
+            where = "".join(f" {flag} {shlex.quote(value)}" for flag, value in (
+                ("--name", args.experiment_name), ("--storage-path", args.storage_path)) if value)
             print(f"sweep directory: {sweep.path} (report: rllib-fast report {sweep.path}; "
-                  f"resume: rllib-fast sweep {args.file} --resume)")
+                  f"resume: rllib-fast sweep {shlex.quote(args.file)}{where} --resume)")
     finally:
         if started:
             ray.shutdown()

@@ -13,15 +13,28 @@ from __future__ import annotations
 import difflib
 from typing import Any, Dict, List, Mapping, Optional
 
-#: Tune's counters (ray.tune.result) that grow during a trial.
-TUNE_KEYS = ("training_iteration", "time_total_s", "time_since_restore", "iterations_since_restore",
-             "timesteps_total", "timesteps_since_restore", "episodes_total")
+#: Tune's counters (ray.tune.result) that every result has. Not ``timesteps_total``,
+#: ``timesteps_since_restore`` or ``episodes_total``: Tune fills those only from the old
+#: API stack's ``timesteps_this_iter``/``episodes_this_iter``, which no new-stack result
+#: (ours or RLlib's) has, so a stop on them would never fire (see ``OLD_KEYS``).
+TUNE_KEYS = ("training_iteration", "time_total_s", "time_since_restore", "iterations_since_restore")
 #: Top-level metrics every rllib_fast algorithm reports.
-TOP_LEVEL_KEYS = ("num_env_steps_sampled_lifetime", "num_env_steps_trained_lifetime", "num_episodes_lifetime")
-#: ``env_runners/*`` (and ``evaluation/env_runners/*``) metrics every rllib_fast algorithm reports.
+TOP_LEVEL_KEYS = ("num_env_steps_sampled_lifetime", "num_env_steps_trained_lifetime")
+#: ``env_runners/*`` metrics every rllib_fast algorithm reports.
 ENV_RUNNER_KEYS = ("episode_return_mean", "episode_return_max", "episode_return_min", "episode_len_mean",
                    "num_episodes", "num_episodes_lifetime", "num_env_steps_sampled",
                    "num_env_steps_sampled_lifetime")
+#: ``evaluation/env_runners/*`` metrics of an rllib_fast evaluation (``FastAlgorithm.evaluate``).
+EVALUATION_KEYS = ("episode_return_mean", "episode_len_mean", "num_episodes")
+#: Old API stack / Tune names that new-stack results never carry, and what to use instead.
+OLD_KEYS = {"timesteps_total": "num_env_steps_sampled_lifetime",
+            "timesteps_since_restore": "num_env_steps_sampled_lifetime",
+            "episodes_total": "env_runners/num_episodes_lifetime",
+            "num_episodes_lifetime": "env_runners/num_episodes_lifetime",
+            "episode_reward_mean": "env_runners/episode_return_mean",
+            "episode_reward_max": "env_runners/episode_return_max",
+            "episode_reward_min": "env_runners/episode_return_min",
+            "episode_len_mean": "env_runners/episode_len_mean"}
 #: Result groups whose sub-keys depend on the algorithm (accepted as a prefix for RLlib built-ins).
 FREE_GROUPS = ("env_runners/", "learners/", "evaluation/", "timers/", "perf/")
 
@@ -29,7 +42,7 @@ FREE_GROUPS = ("env_runners/", "learners/", "evaluation/", "timers/", "perf/")
 def allowed_stop_keys() -> List[str]:
     """The stop keys valid for every rllib_fast algorithm (the list printed on a mistake)."""
     return [*TUNE_KEYS, *TOP_LEVEL_KEYS, *(f"env_runners/{k}" for k in ENV_RUNNER_KEYS),
-            *(f"evaluation/env_runners/{k}" for k in ENV_RUNNER_KEYS)]
+            *(f"evaluation/env_runners/{k}" for k in EVALUATION_KEYS)]
 
 
 def _flatten(stop: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
@@ -52,9 +65,12 @@ def stop_key_error(stop: Any, fast: bool) -> Optional[str]:
         return None
     allowed = allowed_stop_keys()
     for key, value in _flatten(stop).items():
+        if key in OLD_KEYS:
+            return (f"stop key {key!r} is never reported on RLlib's new API stack, so it would never stop "
+                    f"the run; use {OLD_KEYS[key]!r}")
         if key in allowed:
             continue
-        if not fast and (key.startswith(FREE_GROUPS) or key in TOP_LEVEL_KEYS):
+        if not fast and key.startswith(FREE_GROUPS):
             continue
         if fast and key.startswith("learners/"):  # per-module learner metrics (losses, lr, ...)
             continue

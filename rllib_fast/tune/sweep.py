@@ -96,10 +96,19 @@ def _mutations(spec: Mapping[str, Any]) -> Dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 # schedulers and searchers
 # ----------------------------------------------------------------------------------------------
+def _not_a_spec(spec: Any, what: str) -> bool:
+    """True for an object to pass through (a scheduler/searcher instance); raises
+    for plain values that are neither that nor a ``{type: ...}`` mapping."""
+    if isinstance(spec, (list, tuple, int, float, bool)):
+        raise SweepError(f"`{what}` = {spec!r} is not allowed; allowed: a mapping {{type: ..., <arguments>}}, "
+                         f"a type name, or a Tune {what} object")
+    return spec is None or not isinstance(spec, (Mapping, str))
+
+
 def make_scheduler(spec: Any):
     """A Tune scheduler from ``{type: pbt|asha|median|fifo, ...kwargs}`` (metric/mode are
     set on the TuneConfig, not here). An object is passed through."""
-    if spec is None or not isinstance(spec, (Mapping, str)):
+    if _not_a_spec(spec, "scheduler"):
         return spec
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, PopulationBasedTraining
 
@@ -121,13 +130,13 @@ def make_scheduler(spec: Any):
             return ASHAScheduler(**spec)
         spec.setdefault("time_attr", "training_iteration")
         return MedianStoppingRule(**spec)
-    except TypeError as err:
+    except (TypeError, ValueError, AssertionError) as err:  # Tune checks its arguments with asserts too
         raise SweepError(f"scheduler {kind}: {err}") from None
 
 
 def make_searcher(spec: Any, max_concurrent: Optional[int] = None):
     """A Tune search algorithm from ``{type: optuna|random, ...kwargs}`` (None = random/grid)."""
-    if spec is None or not isinstance(spec, (Mapping, str)):
+    if _not_a_spec(spec, "search"):
         return spec
     spec = {"type": spec} if isinstance(spec, str) else dict(spec)
     kind = str(spec.pop("type", "")).lower()
@@ -140,7 +149,7 @@ def make_searcher(spec: Any, max_concurrent: Optional[int] = None):
 
     try:
         searcher = OptunaSearch(**spec)
-    except TypeError as err:
+    except (TypeError, ValueError, AssertionError) as err:
         raise SweepError(f"search optuna: {err}") from None
     return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent) if max_concurrent else searcher
 
@@ -166,10 +175,10 @@ def resource_overrides(resources: Optional[Mapping[str, Any]], gpus_available: f
     if resources.get("cpu") is not None:
         out["num_cpus_for_main_process"] = resources["cpu"]
     gpu = resources.get("gpu", 0)
+    per = _integer(resources.get("trials_per_gpu", 4), "resources.trials_per_gpu")
+    if per < 1:
+        raise SweepError(f"resources.trials_per_gpu = {per}; allowed: int >= 1")
     if gpu == "auto":
-        per = int(resources.get("trials_per_gpu", 4))
-        if per < 1:
-            raise SweepError(f"resources.trials_per_gpu = {per}; allowed: int >= 1")
         gpu = 1.0 / per if gpus_available > 0 else 0
     if not isinstance(gpu, (int, float)) or gpu < 0:
         raise SweepError(f"resources.gpu = {gpu!r}; allowed: a number >= 0 (fractions pack trials) or 'auto'")
@@ -193,6 +202,7 @@ class Sweep:
         self.storage_path: str = spec["storage_path"]
         self.num_samples: int = spec["num_samples"]
         self.max_failures: int = int(spec.get("max_failures", 0))
+        self.fail_fast = tune_kwargs.get("fail_fast", False)
         self.scheduler = tune_kwargs.get("scheduler")
         self.search_alg = tune_kwargs.get("search_alg")
         self.metric: str = tune_kwargs.get("metric") or RETURN_KEY
@@ -216,6 +226,51 @@ def _import(name: str):
         raise SweepError(f"cannot import {name!r}: {err}") from None
 
 
+def check_search_space(searcher: Any, param_space: Mapping[str, Any]) -> None:
+    """Optuna cannot sample every Tune domain (``randn``, ``grid_search``): say so
+    now, in one line, not from inside ``Tuner.fit`` after Ray started."""
+    from ray.tune.search import ConcurrencyLimiter
+
+    inner = searcher.searcher if isinstance(searcher, ConcurrencyLimiter) else searcher
+    try:
+        from ray.tune.search.optuna import OptunaSearch
+    except ImportError:
+        return
+    if isinstance(inner, OptunaSearch):
+        try:
+            OptunaSearch.convert_search_space(dict(param_space))
+        except (ValueError, TypeError) as err:
+            raise SweepError(f"search optuna: the config's search space: {err} (allowed with optuna: "
+                             "uniform, quniform, loguniform, qloguniform, randint, qrandint, lograndint, "
+                             "choice; no grid_search, randn or sample_from)") from None
+
+
+def _integer(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SweepError(f"`{key}` = {value!r} is not allowed; allowed: a whole number")
+    try:
+        out = float(value)
+    except ValueError:
+        raise SweepError(f"`{key}` = {value!r} is not allowed; allowed: a whole number") from None
+    if out != int(out):
+        raise SweepError(f"`{key}` = {value!r} is not allowed; allowed: a whole number")
+    return int(out)
+
+
+def failure_config(spec: Any) -> Dict[str, Any]:
+    """``failure_config`` checked against ``tune.FailureConfig``'s arguments."""
+    if not isinstance(spec, Mapping):
+        raise SweepError(f"`failure_config` = {spec!r} is not allowed; allowed: a mapping with max_failures, "
+                         "fail_fast")
+    unknown = sorted(set(spec) - {"max_failures", "fail_fast"})
+    if unknown:
+        raise SweepError(f"`failure_config` key {unknown[0]!r} is not allowed; allowed: max_failures, fail_fast")
+    out = dict(spec)
+    if "max_failures" in out:
+        out["max_failures"] = _integer(out["max_failures"], "failure_config.max_failures")
+    return out
+
+
 def split_sweep_keys(raw: Mapping[str, Any], where: str, gpus_available: float = 0.0):
     """Split one experiment of a YAML file into its classic spec (search-space
     forms in ``config`` turned into Tune domains, ``resources`` into config
@@ -231,17 +286,23 @@ def split_sweep_keys(raw: Mapping[str, Any], where: str, gpus_available: float =
         if extra.get("callbacks"):
             config["callbacks"] = _import(extra["callbacks"])
         raw["config"] = config
-        failure = extra.get("failure_config") or {}
-        if "max_failures" in extra or "max_failures" in failure:
-            raw["max_failures"] = int(extra.get("max_failures", failure.get("max_failures", 0)))
+        failure = failure_config(extra.get("failure_config") or {})
+        if "max_failures" in extra:
+            failure["max_failures"] = _integer(extra["max_failures"], "max_failures")
+        if "max_failures" in failure:   # an Experiment argument (also read by `rllib train file`)
+            raw["max_failures"] = failure["max_failures"]
         kw: Dict[str, Any] = {}
         if extra.get("scheduler") is not None:
             kw["scheduler"] = make_scheduler(extra["scheduler"])
         if extra.get("search") is not None:
             kw["search_alg"] = make_searcher(extra["search"], extra.get("max_concurrent_trials"))
+            if kw["search_alg"] is not None:
+                check_search_space(kw["search_alg"], config)
         for key in ("metric", "mode", "max_concurrent_trials", "reuse_actors"):
             if extra.get(key) is not None:
                 kw[key] = extra[key]
+        if "fail_fast" in failure:      # a tune.run / FailureConfig argument
+            kw["fail_fast"] = failure["fail_fast"]
     except SweepError as err:
         raise SweepError(f"{where}: {err}") from None
     if kw.get("mode") not in (None, "max", "min"):
@@ -277,7 +338,8 @@ def build_tuner(sweep: Sweep, callbacks: Optional[list] = None, *, verbose: int 
     run_config = tune.RunConfig(
         name=sweep.name, storage_path=sweep.storage_path, stop=sweep.stop, callbacks=list(callbacks or []),
         checkpoint_config=tune.CheckpointConfig(**sweep.checkpoint_config),
-        failure_config=tune.FailureConfig(max_failures=sweep.max_failures), verbose=verbose,
+        failure_config=tune.FailureConfig(max_failures=sweep.max_failures, fail_fast=sweep.fail_fast),
+        verbose=verbose,
         progress_reporter=progress_reporter)
     return tune.Tuner(sweep.run, param_space=sweep.param_space, tune_config=tune_config, run_config=run_config)
 

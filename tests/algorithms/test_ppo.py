@@ -258,3 +258,14 @@ def test_normalize_obs_advice_reaches_hts_through_its_executor_group():
         algo.train()
     finally:
         algo.stop()
+
+
+def test_evaluation_uses_the_evaluation_env_config():
+    """``evaluation_config={"env_config": ...}`` builds the evaluation env (here a
+    50-step time limit on Pendulum, whose training episodes last 200 steps)."""
+    cfg = (FastPPOConfig().environment("Pendulum", num_envs=8)
+           .evaluation(evaluation_config={"env_config": {"max_episode_steps": 50}}, evaluation_duration=3))
+    algo = cfg.build_algo()
+    assert algo.env.max_episode_steps == 200
+    assert algo.evaluate()["env_runners"]["episode_len_mean"] == 50.0
+    algo.stop()

@@ -78,9 +78,9 @@ class HTSAlgorithm(OnPolicyAlgorithm):
     LAYOUT_KEYS = ("num_envs", "num_executors", "sync_interval")
 
     # -- env: one part per executor ------------------------------------------------------
-    def make_env(self, num_envs: int, seed: int):
-        if getattr(self, "_plain_env", False):   # evaluation envs: one ordinary env
-            return super().make_env(num_envs, seed)
+    def make_env(self, num_envs: int, seed: int, config=None):
+        if config is not None and config is not self.config:
+            return super().make_env(num_envs, seed, config)
         cfg = self.config
         E = cfg.num_executors
         share = env_share(num_envs, E, "num_executors", type(self).__name__)
@@ -302,11 +302,7 @@ class HTSAlgorithm(OnPolicyAlgorithm):
 
     # -- evaluation with the paper's metrics -------------------------------------------------------
     def evaluate(self, parallel_train_future=None) -> Dict[str, Any]:
-        self._plain_env = True
-        try:
-            out = super().evaluate(parallel_train_future)
-        finally:
-            self._plain_env = False
+        out = super().evaluate(parallel_train_future)
         cfg = self.config
         er = out.get(ENV_RUNNER_RESULTS, {})
         self.paper.record(self.train_time_s, er.get(EPISODE_RETURN_MEAN, float("nan")), er.get(NUM_EPISODES, 0),
