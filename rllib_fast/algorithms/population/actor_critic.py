@@ -45,7 +45,7 @@ class PopActorCritic(PopulationAlgorithm):
         self.obs_dim = int(env.obs_shape[0])
         self.Kc = 1 if self.shared_critic else self.K
         self.build_actor()   # before the critic: initialisation draws in the order the members always had
-        self.critic = StackedMLP(2 * self.Kc, self.obs_dim + self.act_dim, tuple(cfg.hidden_sizes), 1,
+        self.critic = StackedMLP(2 * self.Kc, self.obs_dim + self.act_dim, self.hidden_sizes, 1,
                                  cfg.activation, cfg.layer_norm, device=self.device)
         self.critic_t = copy.deepcopy(self.critic).requires_grad_(False)
         self.critic_params = list(self.critic.parameters())

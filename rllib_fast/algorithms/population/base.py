@@ -74,6 +74,7 @@ class PopulationAlgorithm(FastAlgorithm):
     def build(self) -> None:
         cfg, env = self.config, self.env
         self.K, self.n = cfg.population_size, cfg.num_envs_per_member
+        self.hidden_sizes = tuple(cfg.resolved_hidden(int(np.prod(env.obs_shape))))  # 'auto' resolved once
         if env.num_envs != self.K * self.n:
             raise ValueError(f"{type(self).__name__}: env has {env.num_envs} envs; expected population_size * "
                              f"num_envs_per_member = {self.K * self.n}")

@@ -59,7 +59,7 @@ class CEMRL(PopTD3):
         self.num_elites = cfg.cem_num_elites or max(1, self.K // 2)
         self.prev_generation_steps = 0   # env steps of the last generation's episodes, all members
         self.generation = 0
-        self.mean_actor = StackedMLP(1, int(self.env.obs_shape[0]), tuple(cfg.hidden_sizes), self.act_dim,
+        self.mean_actor = StackedMLP(1, int(self.env.obs_shape[0]), self.hidden_sizes, self.act_dim,
                                      cfg.activation, cfg.layer_norm, device=self.device)
         self.last_fitness = np.full(self.K, np.nan)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from ...core.algorithm import FastConfig
-from ...core.nets import ACTIVATIONS
-from ...core.params import POSITIVE_INT_LIST, Param, with_defaults
+from ...core.nets import ACTIVATIONS, auto_hidden_sizes
+from ...core.params import AUTO_OR_INT_LIST, Param, with_defaults
 from . import mutations as M
 
 
@@ -65,8 +65,8 @@ class PopulationConfig(FastConfig):
                          (bool,)),
         "compile_backend": Param("inductor", "torch.compile backend", (str,),
                                  choices=("inductor", "aot_eager", "eager")),
-        "hidden_sizes": Param([256, 256], "hidden sizes of every member's networks", (list, tuple),
-                              check=POSITIVE_INT_LIST),
+        "hidden_sizes": Param("auto", "hidden sizes of every member's networks ('auto': the paper's [256, 256] "
+                              "for obs_dim >= 16, else [128, 128])", (str, list, tuple), check=AUTO_OR_INT_LIST),
         "activation": Param("relu", "hidden activation", (str,), choices=tuple(ACTIVATIONS)),
         "layer_norm": Param(False, "LayerNorm after hidden layers (ACME-style)", (bool,)),
         "hyperparam_mutations": Param(None, "in-trial PBT mutation spec (Tune's hyperparam_mutations format; "
@@ -99,6 +99,10 @@ class PopulationConfig(FastConfig):
     def resolved_mutations(self) -> Dict[str, Any]:
         spec = self.hyperparam_mutations if self.hyperparam_mutations is not None else self.MEMBER_HPARAMS
         return M.normalize(spec)
+
+    def resolved_hidden(self, obs_dim: int) -> list:
+        """The members' hidden sizes for an observation of ``obs_dim`` values."""
+        return auto_hidden_sizes(self.hidden_sizes, obs_dim, large=(256, 256))
 
     def validate_algorithm(self) -> None:
         name = type(self).__name__

@@ -62,7 +62,7 @@ class PopDQN(PopulationAlgorithm):
         if not env.is_discrete:
             raise TypeError(f"PopDQN needs a Discrete action space; env {cfg.env!r} has {env.single_action_space}")
         self.num_actions = int(env.single_action_space.n)
-        self.q = StackedQNet(self.K, env.obs_shape, self.num_actions, tuple(cfg.hidden_sizes), cfg.activation,
+        self.q = StackedQNet(self.K, env.obs_shape, self.num_actions, self.hidden_sizes, cfg.activation,
                              self.device)
         self.q_t = copy.deepcopy(self.q).requires_grad_(False)
         self.params = list(self.q.parameters())

@@ -98,7 +98,7 @@ def population_policy_module(algo, member: Optional[int] = None) -> PopulationPo
         net = algo.actor
     members = net.head.num_members if kind == "dqn" else net.num_members
     index = 0 if members == 1 else (algo.best_member() if member is None else member)
-    mc = {"kind": kind, "members": members, "member": index, "hidden_sizes": list(cfg.hidden_sizes),
+    mc = {"kind": kind, "members": members, "member": index, "hidden_sizes": list(algo.hidden_sizes),
           "activation": cfg.activation, "layer_norm": bool(getattr(cfg, "layer_norm", False)),
           "cem_mean": net is getattr(algo, "mean_actor", None)}
 

@@ -33,7 +33,7 @@ class PopSAC(PopActorCritic):
     def build_actor(self) -> None:
         cfg = self.config
         # the actor outputs mean and log-std
-        self.actor = StackedMLP(self.K, self.obs_dim, tuple(cfg.hidden_sizes), 2 * self.act_dim, cfg.activation,
+        self.actor = StackedMLP(self.K, self.obs_dim, self.hidden_sizes, 2 * self.act_dim, cfg.activation,
                                 cfg.layer_norm, device=self.device)
         self.actor_params = list(self.actor.parameters())
         self.actor_opt = VectorAdam(self.actor_params, self.K, lr=self.hp["actor_lr"], eps=cfg.adam_eps)

@@ -35,7 +35,7 @@ class PopTD3(PopActorCritic):
     # -- construction --------------------------------------------------------------------------
     def build_actor(self) -> None:
         cfg = self.config
-        self.actor = StackedMLP(self.K, self.obs_dim, tuple(cfg.hidden_sizes), self.act_dim, cfg.activation,
+        self.actor = StackedMLP(self.K, self.obs_dim, self.hidden_sizes, self.act_dim, cfg.activation,
                                 cfg.layer_norm, device=self.device)
         self.actor_t = copy.deepcopy(self.actor).requires_grad_(False)
         self.actor_params = list(self.actor.parameters())

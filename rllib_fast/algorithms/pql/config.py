@@ -15,9 +15,9 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from ...core.algorithm import FastConfig
-from ...core.nets import ACTIVATIONS
+from ...core.nets import ACTIVATIONS, auto_hidden_sizes
 from ...core.compile import COMPILE
-from ...core.params import POSITIVE_INT_LIST, Param, with_defaults
+from ...core.params import AUTO_OR_INT_LIST, Param, with_defaults
 from ...core.transition_replay import replay_bytes
 from ..asymmetric import ASYMMETRIC_CRITIC
 
@@ -26,12 +26,7 @@ def _auto_or_pos_int(v) -> bool:
     return v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
 
 
-def _auto_or_int_list(v) -> bool:
-    return v == "auto" or POSITIVE_INT_LIST[0](v)
-
-
 AUTO_INT = (_auto_or_pos_int, "'auto' or a positive int")
-AUTO_LIST = (_auto_or_int_list, "'auto' or a non-empty list of positive ints")
 
 
 class PQLFamilyConfig(FastConfig):
@@ -55,7 +50,7 @@ class PQLFamilyConfig(FastConfig):
                           live=True),
         "weight_decay": Param(0.01, "AdamW weight decay (PyTorch's default, as the reference code)", low=0.0),
         "hidden_sizes": Param("auto", "MLP sizes of policy and critics ('auto': [512, 256, 128] for obs_dim >= 16, "
-                              "else [128, 128])", (str, list, tuple), check=AUTO_LIST),
+                              "else [128, 128])", (str, list, tuple), check=AUTO_OR_INT_LIST),
         "activation": Param("elu", "hidden activation", (str,), choices=tuple(ACTIVATIONS)),
         "obs_norm": Param(True, "normalise observations with the Actor's running statistics at sample time",
                           (bool,)),
@@ -109,9 +104,7 @@ class PQLFamilyConfig(FastConfig):
         return self.batch_size if self.batch_size != "auto" else int(min(8192, max(256, 2 * self.num_envs)))
 
     def resolved_hidden(self, obs_dim: int) -> list:
-        if self.hidden_sizes != "auto":
-            return list(self.hidden_sizes)
-        return [512, 256, 128] if obs_dim >= 16 else [128, 128]
+        return auto_hidden_sizes(self.hidden_sizes, obs_dim, large=(512, 256, 128))
 
     def resolved_learning_starts(self) -> int:
         return self.resolved_batch_size() if self.learning_starts == "auto" else int(self.learning_starts)
