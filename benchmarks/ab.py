@@ -5,7 +5,9 @@ wall-clock drifts by up to ~20% between hours, so the two commits are run
 *alternately* in the same window (base, head, base, head, ...), each probe in
 its own process with one torch thread, and compared per probe. The base commit
 is checked out into a temporary git worktree and imported ahead of the
-installed package (``PYTHONPATH``); the head is the working tree.
+installed package (``PYTHONPATH``); the head is the checkout this script runs
+from, imported the same way (run it from a snapshot worktree to keep editing
+the main checkout while it runs).
 
 Probes (each prints one JSON line):
 
@@ -137,7 +139,7 @@ def main() -> None:
     try:
         for r in range(args.rounds):
             for probe in probes:
-                for side, path in (("base", str(worktree)), ("head", None)):
+                for side, path in (("base", str(worktree)), ("head", str(REPO))):
                     res = run_probe(probe, path)
                     results[probe][side].append(figures(probe, res))
                     print(f"round {r + 1} {probe:13s} {side}: {results[probe][side][-1]}", flush=True)

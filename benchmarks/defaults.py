@@ -208,9 +208,18 @@ DECISIONS = """## What the defaults are, and where they do not reach the thresho
   against DDPGN's 64.9 s and SACN's 68.3 s. `preset(algo, "Pendulum")` holds CPU-sized settings.
   MountainCarContinuous (seed 0, 60 s) is not reached: sparse reward, as for the on-policy rows.
 * **Populations (PopTD3, PopSAC, PopDQN, CEMRL, DvD)**: K members trained in one program (K = 4 for
-  PopTD3/PopSAC/PopDQN, 10 for CEMRL, 5 for DvD); within 60 s on one core each member sees only a
-  few thousand env steps (PopTD3 runs at about 75 env-steps/s here). They are meant for a GPU, where
-  the K members cost about one member's time (`benchmarks/population.py`).
+  PopTD3/PopSAC/PopDQN, 10 for CEMRL, 5 for DvD), one update per member env step, as in the paper.
+  Their networks are `hidden_sizes='auto'`: the paper's [256, 256] for observations of 16+ dims,
+  [128, 128] below (the rule PQL's 'auto' uses, with its own large size). With [256, 256] on
+  Pendulum PopTD3 ran at 77 env-steps/s on one core and reached -1,019 to -1,448 in its first 10k
+  env steps (no seed reached -200 within 60 s); with [128, 128] it runs at about 245 env-steps/s
+  and PopTD3/PopSAC reach -200 in 3/3 seeds, DvD in seed 0 (rows above, 240 s cap, 2 runs at a
+  time). The return is the best member's fitness (mean of its last 10 episodes). CEMRL's row is not
+  reached by the table's rule, which counts a mean only once 100 episodes have finished: a CEMRL
+  generation is one evaluation episode per member (10) plus as many TD3 steps as env steps, about
+  32 s on one core, so 240 s held 9 generations, 90 episodes; its best member's return (-1.2) was
+  above the threshold by then. On a GPU the K members cost
+  about one member's time (`benchmarks/population.py`).
 * **FastAPPO / FastA3C** ask for 8 / 4 learner processes by default (the papers' layouts) and are
   not run on this 2-core machine; `benchmarks/multi_learner.py` measures them with 1 and 2 learners.
 """
