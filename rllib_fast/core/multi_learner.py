@@ -74,10 +74,12 @@ def log_learner_episodes(metrics: Any, reports: List[Dict[str, float]]) -> None:
     for key in (EPISODE_RETURN_MEAN, EPISODE_LEN_MEAN):
         value = sum(r[key] * r["episodes_in_window"] for r in held) / total if held else math.nan
         metrics.log_value((ENV_RUNNER_RESULTS, key), value, window=1)
-    metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MIN), min(r[EPISODE_RETURN_MIN] for r in reports),
-                      window=1)
-    metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MAX), max(r[EPISODE_RETURN_MAX] for r in reports),
-                      window=1)
+    # over the windows that hold episodes (an empty window's min/max is NaN, and min()
+    # with a NaN first would return NaN)
+    metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MIN),
+                      min((r[EPISODE_RETURN_MIN] for r in held), default=math.nan), window=1)
+    metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MAX),
+                      max((r[EPISODE_RETURN_MAX] for r in held), default=math.nan), window=1)
     finished = int(sum(r[NUM_EPISODES] for r in reports))
     metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES), finished, reduce="sum")
     metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES_LIFETIME), finished, reduce="lifetime_sum")

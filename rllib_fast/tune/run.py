@@ -304,15 +304,17 @@ def run_sweep(args) -> int:
         # Tuner.restore continues the sweep as it was started: its stop criteria, samples,
         # checkpointing, search space and callbacks come from the experiment state, so
         # these flags would be silently ignored (or, for --config/--seed, crash the restore).
+        # (--no-mlflow is not refused: repeating the first run's flags is natural, and the
+        # recording follows the first run either way.)
         fixed = [flag for flag, given in (("--stop", args.stop is not None), ("--config", bool(args.config)),
                                           ("--seed", args.seed is not None),
                                           ("--num-samples", args.num_samples is not None),
                                           ("--checkpoint-freq", args.checkpoint_freq is not None),
-                                          ("--checkpoint-at-end", args.checkpoint_at_end is not None),
-                                          ("--no-mlflow", not args.mlflow)) if given]
+                                          ("--checkpoint-at-end", args.checkpoint_at_end is not None))
+                 if given]
         if fixed:
             raise UsageError(f"--resume continues the sweep as it was started (Tuner.restore keeps its stop, "
-                             f"samples, search space, checkpointing and MLflow recording); {', '.join(fixed)} "
+                             f"samples, search space and checkpointing); {', '.join(fixed)} "
                              "cannot change it: drop them, or start a new sweep (--name NAME)")
     sweeps = load_sweeps(args.file, args)  # validate everything before starting Ray
     for sweep in sweeps:

@@ -17,17 +17,16 @@ iteration) and learner 0's normalisation statistics for ``evaluate()``,
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List
 
 import numpy as np
 import ray
 import torch
-from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX, EPISODE_RETURN_MEAN,
-                                     EPISODE_RETURN_MIN, NUM_EPISODES, NUM_EPISODES_LIFETIME)
+from ray.rllib.utils.metrics import NUM_EPISODES
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from ...core.learner_actor import close_actors
+from ...core.multi_learner import log_learner_episodes
 from ...core.param_server import start_parameter_server
 from ..a2c.algorithm import A2CUpdate, FastA2C
 from ..onpolicy import OnPolicyAlgorithm
@@ -103,7 +102,9 @@ class AsyncDriver(OnPolicyAlgorithm):
         n = int(sum(o["env_steps"] for o in outs))
         self.log_env_steps(n)
         self.log_trained_steps(n)
-        self._log_episodes(outs)
+        # the learners' episode windows as one population (as the data-parallel group logs them)
+        log_learner_episodes(self.metrics, [{**o["episodes"], "episodes_in_window": o["episodes_in_window"],
+                                             NUM_EPISODES: o["num_episodes"]} for o in outs])
         self._log_learner_stats(outs)
 
     @torch.no_grad()
@@ -114,23 +115,6 @@ class AsyncDriver(OnPolicyAlgorithm):
         own = dict(self.module.named_buffers())
         for k, v in buffers.items():
             own[k].copy_(v.to(own[k].device))
-
-    def _log_episodes(self, outs: List[Dict[str, Any]]) -> None:
-        """Episode statistics over all learners' windows, weighted by the
-        episodes each holds (NaN until some learner finished an episode)."""
-        parts = [o for o in outs if o["episodes_in_window"] > 0]
-        total = sum(o["episodes_in_window"] for o in parts)
-        mean = (lambda key: sum(o["episodes"][key] * o["episodes_in_window"] for o in parts) / total) \
-            if parts else (lambda key: math.nan)
-        for key in (EPISODE_RETURN_MEAN, EPISODE_LEN_MEAN):
-            self.metrics.log_value((ENV_RUNNER_RESULTS, key), mean(key), window=1)
-        self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MIN),
-                               min((o["episodes"][EPISODE_RETURN_MIN] for o in parts), default=math.nan), window=1)
-        self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MAX),
-                               max((o["episodes"][EPISODE_RETURN_MAX] for o in parts), default=math.nan), window=1)
-        finished = int(sum(o["num_episodes"] for o in outs))
-        self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES), finished, reduce="sum")
-        self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES_LIFETIME), finished, reduce="lifetime_sum")
 
     def _log_learner_stats(self, outs: List[Dict[str, Any]]) -> None:
         keys = set.intersection(*(set(o["learner"]) for o in outs))
