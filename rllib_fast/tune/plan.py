@@ -12,7 +12,6 @@ import contextlib
 import copy
 import difflib
 import json
-import math
 import os
 import re
 import sys
@@ -153,17 +152,24 @@ def validate_config(cls: type, config: Mapping[str, Any]) -> None:
             raise UsageError(one_line(err)) from None
 
 
+def _config_properties(cfg: Any) -> Dict[str, property]:
+    """The config class's properties (RLlib stores some keys behind them, e.g.
+    ``train_batch_size_per_learner`` in ``_train_batch_size_per_learner``)."""
+    import inspect
+
+    return dict(inspect.getmembers(type(cfg), lambda v: isinstance(v, property)))
+
+
 def _reject_read_only_keys(cls: type, config: Mapping[str, Any]) -> None:
     """A key that is a read-only property of the config class (RLlib's ``model_config``,
     ``learner_class``, ...) cannot be set from a dict: one line naming the key that can."""
-    import inspect
-
-    props = dict(inspect.getmembers(type(cls.get_default_config()), lambda v: isinstance(v, property)))
+    cfg = cls.get_default_config()
+    props = _config_properties(cfg)
     for key in config:
         prop = props.get(key)
         if prop is not None and prop.fset is None:
             stored = f"_{key}"
-            hint = f"; in a config dict set {stored!r}" if stored in cls.get_default_config().to_dict() else ""
+            hint = f"; in a config dict set {stored!r}" if stored in cfg.to_dict() else ""
             raise UsageError(f"{cls.__name__}: config key {key!r} is a read-only property{hint}")
 
 
@@ -188,11 +194,8 @@ def quiet_rllib():
 
 def _warn_unknown_rllib_keys(cls: type, config: Mapping[str, Any]) -> None:
     """RLlib's update_from_dict silently accepts any key; at least warn."""
-    import inspect
-
     cfg = cls.get_default_config()
-    # plus properties with a setter (e.g. train_batch_size_per_learner, stored as _train_batch_size_per_learner)
-    settable = {n for n, v in inspect.getmembers(type(cfg)) if isinstance(v, property) and v.fset is not None}
+    settable = {n for n, v in _config_properties(cfg).items() if v.fset is not None}
     known = set(cfg.to_dict()) | set(vars(cfg)) | settable | {"env", "lambda", "callbacks", "multiagent", "model"}
     for key in config:
         if key not in known:
@@ -283,15 +286,20 @@ def _finish_spec(name: str, spec: Dict[str, Any], args, overrides: Dict[str, Any
         # the flag wins over the file, the file over the default (./runs)
         "storage_path": os.path.abspath(os.path.expanduser(
             args.storage_path or spec.pop("storage_path", None) or DEFAULT_STORAGE_PATH)),
-        "num_samples": args.num_samples if args.num_samples is not None else _whole(spec.pop("num_samples", 1),
-                                                                                     "num_samples", name),
+        "num_samples": args.num_samples,
     }
+    from .stop_keys import numeric_stop, stop_key_error
+    from .sweep import SweepError, whole_number
+
+    try:
+        if args.num_samples is None:
+            out["num_samples"] = whole_number(spec.pop("num_samples", 1), "num_samples", minimum=1)
+        out["stop"] = numeric_stop(out["stop"])
+    except (SweepError, ValueError) as err:
+        raise UsageError(f"experiment {name!r}: {err}") from None
     spec.pop("storage_path", None)
-    out["stop"] = _numeric_stop(out["stop"], name)
     spec.pop("stop", None)
     spec.pop("num_samples", None)
-    from .stop_keys import stop_key_error
-
     err = stop_key_error(out["stop"], is_fast(cls))
     if err:
         raise UsageError(f"experiment {name!r}: {err}")
@@ -303,40 +311,6 @@ def _finish_spec(name: str, spec: Dict[str, Any], args, overrides: Dict[str, Any
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise UsageError(f"experiment {name!r}: unknown key {key!r}.{hint} Allowed: {', '.join(allowed)}")
     out.update(spec)
-    return out
-
-
-def _whole(value: Any, key: str, name: str) -> int:
-    try:
-        out = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
-        out = math.nan
-    if not math.isfinite(out) or out != int(out) or out < 1:
-        raise UsageError(f"experiment {name!r}: `{key}` = {value!r} is not allowed; allowed: a whole number >= 1")
-    return int(out)
-
-
-def _numeric_stop(stop: Any, name: str) -> Any:
-    """Stop values must be numbers: Tune compares ``result[key] >= value`` after the first
-    iteration, and a string (YAML 1.1 reads ``1e6`` as the string '1e6') would crash the
-    run there. Numeric strings are read as numbers; anything else is a one-line error."""
-    if not isinstance(stop, Mapping):
-        return stop
-    out: Dict[str, Any] = {}
-    for key, value in stop.items():
-        if isinstance(value, Mapping):
-            out[key] = _numeric_stop(value, name)
-            continue
-        if isinstance(value, str):
-            try:
-                value = float(value)
-                value = int(value) if value.is_integer() else value
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UsageError(f"experiment {name!r}: stop value of {key!r} = {value!r} is not allowed; "
-                             "allowed: a number")
-        out[key] = value
     return out
 
 

@@ -55,6 +55,30 @@ def _flatten(stop: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
     return out
 
 
+def numeric_stop(stop: Any) -> Any:
+    """``stop`` with every value a number. Tune compares ``result[key] >= value``
+    after the first iteration, so a string (YAML 1.1 reads ``1e6`` as '1e6') would
+    crash the run there: numeric strings become numbers, anything else raises
+    ValueError (one line). Non-dict criteria pass through."""
+    if not isinstance(stop, Mapping):
+        return stop
+    out: Dict[str, Any] = {}
+    for key, value in stop.items():
+        if isinstance(value, Mapping):
+            out[key] = numeric_stop(value)
+            continue
+        if isinstance(value, str):
+            try:
+                value = float(value)
+                value = int(value) if value.is_integer() else value
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"stop value of {key!r} = {value!r} is not allowed; allowed: a number")
+        out[key] = value
+    return out
+
+
 def stop_key_error(stop: Any, fast: bool) -> Optional[str]:
     """One-line message for the first unknown key of a ``stop`` dict (None if all are known).
 

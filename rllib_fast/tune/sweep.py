@@ -41,12 +41,12 @@ the file is the same.
 from __future__ import annotations
 
 import copy
+import math
 import os
 from typing import Any, Dict, Mapping, Optional
 
-from .session import init_ray  # noqa: F401  (public here too: sweep.init_ray, as before)
-
 from ..core.metrics import RETURN_KEY
+from .session import init_ray  # noqa: F401  (public here too: sweep.init_ray, as before)
 
 #: YAML search-space forms ``{name: [args...]}`` -> ``ray.tune`` sampler name.
 DOMAINS = ("uniform", "loguniform", "quniform", "qloguniform", "randint", "lograndint", "qrandint",
@@ -175,9 +175,7 @@ def resource_overrides(resources: Optional[Mapping[str, Any]], gpus_available: f
     if resources.get("cpu") is not None:
         out["num_cpus_for_main_process"] = resources["cpu"]
     gpu = resources.get("gpu", 0)
-    per = _integer(resources.get("trials_per_gpu", 4), "resources.trials_per_gpu")
-    if per < 1:
-        raise SweepError(f"resources.trials_per_gpu = {per}; allowed: int >= 1")
+    per = whole_number(resources.get("trials_per_gpu", 4), "resources.trials_per_gpu", minimum=1)
     if gpu == "auto":
         gpu = 1.0 / per if gpus_available > 0 else 0
     if not isinstance(gpu, (int, float)) or gpu < 0:
@@ -245,15 +243,16 @@ def check_search_space(searcher: Any, param_space: Mapping[str, Any]) -> None:
                              "choice; no grid_search, randn or sample_from)") from None
 
 
-def _integer(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise SweepError(f"`{key}` = {value!r} is not allowed; allowed: a whole number")
+def whole_number(value: Any, key: str, minimum: Optional[int] = None) -> int:
+    """A file's count (``num_samples``, ``max_failures``, ...) as an int: numbers and
+    numeric strings (YAML 1.1 reads ``1e3`` as a string); anything else is one line."""
+    allowed = "a whole number" + (f" >= {minimum}" if minimum is not None else "")
     try:
-        out = float(value)
-    except ValueError:
-        raise SweepError(f"`{key}` = {value!r} is not allowed; allowed: a whole number") from None
-    if out != int(out):
-        raise SweepError(f"`{key}` = {value!r} is not allowed; allowed: a whole number")
+        out = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        out = math.nan
+    if not math.isfinite(out) or out != int(out) or (minimum is not None and out < minimum):
+        raise SweepError(f"`{key}` = {value!r} is not allowed; allowed: {allowed}")
     return int(out)
 
 
@@ -267,7 +266,7 @@ def failure_config(spec: Any) -> Dict[str, Any]:
         raise SweepError(f"`failure_config` key {unknown[0]!r} is not allowed; allowed: max_failures, fail_fast")
     out = dict(spec)
     if "max_failures" in out:
-        out["max_failures"] = _integer(out["max_failures"], "failure_config.max_failures")
+        out["max_failures"] = whole_number(out["max_failures"], "failure_config.max_failures")
     return out
 
 
@@ -288,7 +287,7 @@ def split_sweep_keys(raw: Mapping[str, Any], where: str, gpus_available: float =
         raw["config"] = config
         failure = failure_config(extra.get("failure_config") or {})
         if "max_failures" in extra:
-            failure["max_failures"] = _integer(extra["max_failures"], "max_failures")
+            failure["max_failures"] = whole_number(extra["max_failures"], "max_failures")
         if "max_failures" in failure:   # an Experiment argument (also read by `rllib train file`)
             raw["max_failures"] = failure["max_failures"]
         kw: Dict[str, Any] = {}

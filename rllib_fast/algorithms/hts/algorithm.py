@@ -55,7 +55,6 @@ from .paper_metrics import PaperMetrics
 from .storage import DoubleStorage, clone_storage
 
 
-
 #: How many (learner, behaviour) version pairs ``lag_history`` keeps (bounded: a day-long
 #: run at alpha=1 has millions of rounds).
 LAG_HISTORY = 100_000

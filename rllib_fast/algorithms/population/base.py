@@ -40,7 +40,6 @@ from .rng import MemberRNG
 from .tracking import MemberReturns
 
 
-
 class HyperparameterTensors:
     """Member hyperparameters as ``[K]`` float tensors (checkpointed together).
 
