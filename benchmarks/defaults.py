@@ -173,13 +173,26 @@ DECISIONS = """## What the defaults are, and where they do not reach the thresho
   reach 45 on mjlab's Cartpole balance at N=256 (`docs/sources.md`). The decorrelation was also
   measured as clocks only (candidate "clocks-only-decorrelation-as-default", every on-policy row,
   seeds 0-2): no better here (FastPPO CartPole 5.6 s vs 4.2 s, FastA2C Pendulum 1/3 seeds).
-  **HTSPPO** keeps the PPO settings it was built and measured with (16 envs x 32 steps, lr 3e-4,
-  4 epochs, the released HTS-RL code's value clip 0.2).
+  **HTSPPO** has FastPPO's defaults (its value clip acts on the behaviour snapshot's values, as the
+  released HTS-RL code's). Until 2026-11-26 it kept the PPO settings it was first measured with
+  (16 envs x 32 steps, lr 3e-4, 4 epochs, no KL target): at about 3k env-steps/s (a thread hand-off
+  per step for 16 envs) they reached CartPole in 1 seed of 3 and Pendulum in none within 60 s, but
+  Acrobot and MountainCarContinuous in 3 of 3. With FastPPO's defaults CartPole and Pendulum go to
+  3/3 (median 8.4 s / 12.9 s), Acrobot to 2/3 (seed 0 stays at -500; an entropy bonus of 0.01 gets
+  it to -100 in 27 s) and MountainCarContinuous to 0/3.
   MountainCarContinuous is a sparse-reward exploration task: once an env reaches the goal the
   policy learns it within seconds, but FastPPO's defaults find it in no seed of 3 within 60 s
-  (1 of 3 without the value clip; HTSPPO in all 3, FastA2C in none); an exploration bonus is the
-  usual remedy, not a schedule.
-* **FastA2C / HTSA2C**: the A2C reference's RMSProp (lr 7e-4, alpha 0.99, eps 1e-5), 16 envs x 5 steps.
+  (1 of 3 without the value clip; FastA2C in none); an exploration bonus is the usual remedy,
+  not a schedule.
+* **FastA2C / HTSA2C**: the A2C reference's RMSProp (alpha 0.99, eps 1e-5), 5 steps per env and entropy
+  bonus 0.01, at 64 envs with the paper's square-root lr rule (7e-4 at the reference's 16 envs x 5
+  steps, so 1.4e-3 at 64 x 5). Until 2026-11-26 the defaults were the reference's 16 envs at a fixed
+  7e-4 (FastA2C: CartPole 14.8 s, Acrobot 17.2 s, Pendulum 1 seed of 3, MountainCarContinuous none,
+  60 s cap). Screened on Pendulum, seeds 0-2 (`defaults_candidates.json`): 64 envs at 7e-4 3/3
+  (38.7 s), 64 envs + the sqrt rule 3/3 (24.0 s), no entropy bonus 3/3 (45.9 s), GAE lambda 0.95
+  2/3. The entropy bonus stays: without it ("a2c-64envs-sqrt-ent0") CartPole, Acrobot and Pendulum
+  were 10-25% faster still, but it is the reference's value for image and sparse tasks.
+  FastA3C keeps a fixed lr (`lr_rule='none'`, its 4 learners x 16 envs are the paper's layout).
 * **FastDQN**: the settings measured to learn CartPole and Acrobot within a minute on one core
   (training intensity 4, batch 128, lr 1e-3, hard target copy every 200 updates, 3-step returns,
   [128, 128], epsilon 1 -> 0.02 over 10k env steps). The former defaults leaned on the paper's Atari

@@ -12,8 +12,12 @@ from rllib_fast.core.rmsprop import ReferenceRMSprop
 
 
 def test_defaults_follow_the_paper():
+    """The reference's 7e-4 at 16 envs x 5 steps, scaled by the paper's sqrt
+    rule to the default 64 envs (batch 320: 1.4e-3)."""
     cfg = FastA2CConfig()
     assert cfg.rollout_length == 5 and cfg.lr == 7e-4 and cfg.optimizer == "rmsprop"
+    assert (cfg.num_envs, cfg.lr_rule, cfg.lr_rule_base_batch) == (64, "sqrt", 80)
+    assert FastA2CConfig().environment("CartPole").build_algo().configured_lr() == pytest.approx(1.4e-3)
     algo = FastA2CConfig().environment("CartPole", num_envs=4).build_algo()
     assert isinstance(algo.optimizer, ReferenceRMSprop)  # the A2C reference's RMSProp
     assert algo.train()["learners"]["default_policy"]["training_intensity"] == 1.0

@@ -149,7 +149,7 @@ def test_derived_quantities_come_from_the_global_config_on_every_learner():
 def test_reset_config_reaches_every_learner():
     """PBT with reuse_actors: a live change (lr, entropy_coeff) applies to
     learners 1..L-1 too, and they stay bit-identical to learner 0."""
-    cfg = FastA2CConfig().environment("CartPole", num_envs=8).training(rollout_length=8).learners(
+    cfg = FastA2CConfig().environment("CartPole", num_envs=8).training(rollout_length=8, lr_rule="none").learners(
         num_learners=2).debugging(seed=5)
     algo = cfg.build_algo()
     algo.train()
@@ -204,7 +204,7 @@ def test_masked_means_are_global_when_valid_counts_differ(algo_name):
     one epoch of one minibatch, so both sides see the same transitions.)"""
     def build(n):
         if algo_name == "FastA2C":
-            cfg = FastA2CConfig().training(decorrelate_steps=0, grad_clip=None)
+            cfg = FastA2CConfig().training(decorrelate_steps=0, grad_clip=None, lr_rule="none")
         else:
             cfg = FastPPOConfig().training(decorrelate_steps=0, grad_clip=None, rollout_length=5, num_epochs=1,
                                            num_minibatches=1, adaptive_lr_kl_target=None)

@@ -76,7 +76,7 @@ def test_policy_lag_is_exactly_one_for_every_batch(cls, alpha):
 def test_delayed_gradient_a2c_matches_hand_computation():
     cfg = small(HTSA2CConfig, n=4, num_executors=2, sync_interval=5, normalize_obs=False, normalize_values=False,
                 normalize_advantages=False, grad_clip=None, decorrelate_steps=0, seed=11,
-                lr=1e-2)  # RMSProp's mean square starts at 1: steps ~ lr * g, so a large lr keeps them visible
+                lr=1e-2, lr_rule="none")  # RMSProp's mean square starts at 1: steps ~ lr * g, so a large lr keeps them visible
     algo = cfg.build_algo()
     algo.train(); algo.train()                        # round 0 collects D0; round 1 learns D0, collects D1
     assert algo.buffers.read_version == 1 and algo.version == 2

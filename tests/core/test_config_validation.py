@@ -140,5 +140,6 @@ def test_fasta2c_help_shows_a2c_defaults():
     from rllib_fast.algorithms import FastA2CConfig
 
     rows = {r.split()[0]: r for r in FastA2CConfig.help().splitlines()}
-    assert "default=0.0007" in rows["lr"] and "default=16" in rows["num_envs"]
+    assert "default=0.0007" in rows["lr"] and "default=64" in rows["num_envs"]
+    assert "default='sqrt'" in rows["lr_rule"]
     assert "default=5" in rows["rollout_length"] and "default=1.0" in rows["lambda_"]

@@ -79,7 +79,8 @@ class FastA3CConfig(FastA2CConfig):
 
     HYPERPARAMETERS = {**ASYNC_LEARNER_KEYS,
                        **with_defaults(ASYNC_LEARNER_KEYS, FastA2CConfig, num_async_learners=4, num_envs=64,
-                                       sync_every=1, pull_every_sampling_steps=None, optimizer="adam")}
+                                       sync_every=1, pull_every_sampling_steps=None, optimizer="adam",
+                                       lr_rule="none")}
 
     def __init__(self, algo_class=None):
         from .algorithm import FastA3C
