@@ -152,6 +152,12 @@ class TensorVecEnv:
     def close(self) -> None:
         """Release simulator resources."""
 
+    def compile_step(self, setting: Any) -> bool:
+        """Compile the source's own step under the algorithms' ``compile``
+        setting where it is torch code that can be (the built-in tasks);
+        True when it did. Simulators and wrappers keep their step."""
+        return False
+
     # -- derived helpers ----------------------------------------------------
     @property
     def obs_shape(self) -> tuple:

@@ -72,6 +72,7 @@ class _ClassicControlEnv(TensorVecEnv):
         self.state = torch.zeros(self.num_envs, self.state_dim, device=self.device)
         self.elapsed_steps = torch.zeros(self.num_envs, dtype=torch.int32, device=self.device)
         self._needs_reset = True
+        self._transition_fn = self._transition   # compile_step may replace it
 
     # -- task-specific ------------------------------------------------------
     def _dynamics(self, state: torch.Tensor, action: torch.Tensor
@@ -124,8 +125,21 @@ class _ClassicControlEnv(TensorVecEnv):
     def step(self, actions: torch.Tensor) -> Step:
         if self._needs_reset:
             raise RuntimeError(f"{type(self).__name__}: call reset() before step()")
-        state, reward, terminated = self._dynamics(self.state, self._as_action(actions))
-        elapsed = self.elapsed_steps + 1
+        action = self._as_action(actions)
+        # the reset states are drawn every step (outside the pure transition, which
+        # compile_step may compile: inductor takes no torch.Generator)
+        init = self._sample_init() if self.autoreset else None
+        state, elapsed, obs, reward, terminated, truncated, final_obs = self._transition_fn(
+            self.state, self.elapsed_steps, action, init)
+        self.state, self.elapsed_steps = state, elapsed
+        return Step(obs, reward, terminated, truncated, final_obs)
+
+    def _transition(self, state, elapsed, action, init):
+        """One step's tensor work, a pure function of its arguments: dynamics,
+        time limit, auto-reset of the ended envs to ``init`` (fresh tensors
+        out, so nothing returned aliases the env's state)."""
+        state, reward, terminated = self._dynamics(state, action)
+        elapsed = elapsed + 1
         if self.max_episode_steps is None:
             truncated = torch.zeros_like(terminated)
         else:  # hitting the limit on a terminal step is a termination
@@ -133,13 +147,23 @@ class _ClassicControlEnv(TensorVecEnv):
         final_obs = self._observe(state)
         if self.autoreset:
             done = terminated | truncated
-            state = torch.where(done[:, None], self._sample_init(), state)
+            state = torch.where(done[:, None], init, state)
             elapsed = elapsed.masked_fill(done, 0)
             obs = torch.where(done[:, None], self._observe(state), final_obs)
         else:
             obs = final_obs.clone()
-        self.state, self.elapsed_steps = state, elapsed
-        return Step(obs, reward, terminated, truncated, final_obs)
+        return state, elapsed, obs, reward, terminated, truncated, final_obs
+
+    def compile_step(self, setting: Any) -> bool:
+        """Run :meth:`_transition` under ``torch.compile`` (the algorithms'
+        ``compile`` setting): the task's few dozen elementwise ops become one
+        fused kernel. Out-of-range discrete actions still fail (inductor checks
+        indirect indices), but as an assertion rather than ``index_select``'s
+        message; ``step`` keeps checking dtypes."""
+        from ..core.compile import compile_mode, compiled
+
+        self._transition_fn = compiled(self._transition, setting, self.device)
+        return compile_mode(setting) is not None
 
     def get_state(self) -> Dict[str, Any]:
         """CPU copies of state, step counters and generator state."""
