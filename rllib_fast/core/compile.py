@@ -1,5 +1,6 @@
-"""``compile``: one switch that runs the hot path's act and update steps under
-``torch.compile``.
+"""``compile``: one switch that runs the hot path's act and update steps (and,
+on the built-in torch tasks, the task's own step: ``TensorVecEnv.compile_step``)
+under ``torch.compile``.
 
 Why functions, not modules: ``torch.compile(module)`` returns an
 ``OptimizedModule`` whose ``state_dict`` keys carry an ``_orig_mod.`` prefix,
@@ -43,7 +44,8 @@ def _compile_ok(value: Any) -> bool:
     return isinstance(value, bool) or value in COMPILE_MODES
 
 
-COMPILE = Param(False, "torch.compile the act and update steps: False (eager), True/'default', "
+COMPILE = Param(False, "torch.compile the act and update steps (and a built-in torch task's step): False "
+                "(eager), True/'default', "
                 "'reduce-overhead' (CUDA graphs on CUDA) or 'max-autotune'", (bool, str),
                 check=(_compile_ok, ALLOWED))
 
