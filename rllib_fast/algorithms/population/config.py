@@ -61,9 +61,9 @@ class PopulationConfig(FastConfig):
                                   low=0.0, low_open=True),
         "fused_update_steps": Param(50, "update steps dispatched back to back without host sync "
                                     "(paper: 50 TD3/SAC, 10 DQN)", (int,), low=1),
-        "compile": Param(False, "torch.compile the single update step (compile time reported separately)",
-                         (bool,)),
-        "compile_backend": Param("inductor", "torch.compile backend", (str,),
+        "compile": Param(False, "torch.compile the single update step (compile time reported separately) and "
+                         "a built-in torch task's step (inductor)", (bool,)),
+        "compile_backend": Param("inductor", "torch.compile backend of the update step", (str,),
                                  choices=("inductor", "aot_eager", "eager")),
         "hidden_sizes": Param("auto", "hidden sizes of every member's networks ('auto': the paper's [256, 256] "
                               "for obs_dim >= 16, else [128, 128])", (str, list, tuple), check=AUTO_OR_INT_LIST),
