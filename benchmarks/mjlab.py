@@ -422,6 +422,8 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
              + (f"arms re-run or added {meta['updated']} (each row's cap is its own), " if meta.get("updated")
                 else f"{meta['budget']:g} s cap per learn arm, ")
              + f"commit {meta.get('commit')}.", ""]
+    if meta.get("note"):   # written by hand into the JSON's meta when rows of different days are mixed
+        lines += [meta["note"], ""]
     if meta.get("under_load"):
         lines += [f"**Taken under load** ({meta['under_load']}): absolute times and throughputs are lower "
                   "bounds; compare arms only within this file.", ""]
