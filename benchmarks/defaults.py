@@ -189,7 +189,9 @@ DECISIONS = """## What the defaults are, and where they do not reach the thresho
   bonus 0.01, at 64 envs with the paper's square-root lr rule (7e-4 at the reference's 16 envs x 5
   steps, so 1.4e-3 at 64 x 5). Until 2026-11-26 the defaults were the reference's 16 envs at a fixed
   7e-4 (FastA2C: CartPole 14.8 s, Acrobot 17.2 s, Pendulum 1 seed of 3, MountainCarContinuous none,
-  60 s cap). Screened on Pendulum, seeds 0-2 (`defaults_candidates.json`): 64 envs at 7e-4 3/3
+  60 s cap). The new defaults trade env steps for wall-clock (CartPole 160k -> 523k env steps,
+  Acrobot 150k -> 389k): on a simulator whose steps are expensive, the reference's 16 envs at a
+  fixed 7e-4 (`num_envs=16, lr_rule='none'`) is the more sample-efficient setting. Screened on Pendulum, seeds 0-2 (`defaults_candidates.json`): 64 envs at 7e-4 3/3
   (38.7 s), 64 envs + the sqrt rule 3/3 (24.0 s), no entropy bonus 3/3 (45.9 s), GAE lambda 0.95
   2/3. The entropy bonus stays: without it ("a2c-64envs-sqrt-ent0") CartPole, Acrobot and Pendulum
   were 10-25% faster still, but it is the reference's value for image and sparse tasks.
