@@ -149,7 +149,11 @@ def test_fast_a3c_improves_on_cartpole(ray_session):
            .debugging(seed=0))
     algo = cfg.build_algo()
     returns = []
-    for _ in range(20):
+    # A2C with Adam at lr 1e-3 and no decay learns CartPole in ~5 iterations but can collapse
+    # and recover on the way, synchronous FastA2C with the same settings as well (a CI run fell
+    # from 142 before reaching 150 within 20 iterations); 40 iterations (~0.4 s each) leave room
+    # for one recovery.
+    for _ in range(40):
         returns.append(algo.train()["env_runners"]["episode_return_mean"])
         if returns[-1] >= 150:
             break
