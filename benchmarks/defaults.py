@@ -67,6 +67,21 @@ ALGOS: Dict[str, tuple] = {
 }
 
 
+def resource_fit(algo: str, cores: int) -> Dict[str, Any]:
+    """The one non-learning setting a default run may need on a small machine:
+    FastAPPO/FastA3C reserve one CPU per learner actor (8 / 4 by default), which a
+    2-core machine cannot place; their learners then share the cores
+    (``num_cpus_per_async_learner = cores / learners``). The learners, envs and
+    hyperparameters stay the defaults'; the rows name the reservation."""
+    from rllib_fast.algorithms import CONFIGS
+
+    cfg = CONFIGS[algo]()
+    n = getattr(cfg, "num_async_learners", None)
+    if n is None or n * cfg.num_cpus_per_async_learner <= cores:
+        return {}
+    return {"num_cpus_per_async_learner": round(cores / n, 4)}
+
+
 def pairs(algos: List[str], tasks: List[str]) -> List[tuple]:
     return [(a, t) for a in algos for t in tasks if TASKS[t][0] in ALGOS[a]]
 
@@ -83,12 +98,14 @@ def run_one(algo: str, task: str, seed: int, budget_s: float, overrides: Optiona
 
     threshold = TASKS[task][1]
     cfg = CONFIGS[algo]().environment(task).debugging(seed=seed)
-    if overrides:
-        cfg = cfg.training(**overrides)
+    fit = resource_fit(algo, os.cpu_count() or 1)
+    if fit or overrides:
+        cfg = cfg.training(**fit, **(overrides or {}))
     t0, c0 = time.perf_counter(), _cpu()
     algo_obj = cfg.build_algo()
     rec: Dict[str, Any] = dict(algo=algo, task=task, seed=seed, threshold=threshold, budget_s=budget_s,
-                               reached=False, best=None, iterations=0, overrides=overrides or {})
+                               reached=False, best=None, iterations=0, overrides=overrides or {},
+                               resources=fit)
     try:
         while time.perf_counter() - t0 < budget_s:
             r = algo_obj.train()
@@ -113,8 +130,20 @@ def run_one(algo: str, task: str, seed: int, budget_s: float, overrides: Optiona
 
 
 def _cpu() -> float:
+    """CPU seconds of this process, its reaped children and its live
+    descendants (Ray's raylet and worker processes, e.g. FastAPPO's learner
+    actors, live until the process ends and are never reaped before this)."""
+    import psutil
+
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    live = 0.0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            t = p.cpu_times()
+            live += t.user + t.system
+        except psutil.Error:
+            pass
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime + live
 
 
 def _spawn(algo: str, task: str, seed: int, budget_s: float, overrides: Optional[Dict[str, Any]] = None
@@ -253,6 +282,7 @@ DECISIONS = """## What the defaults are, and where they do not reach the thresho
 
 def table(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     groups: Dict[tuple, List[Dict[str, Any]]] = {}
+    fitted: Dict[str, Dict[str, Any]] = {}
     for r in records:
         groups.setdefault((r["algo"], r["task"]), []).append(r)
     lines = ["# Default configurations: do they learn?", "",
@@ -273,9 +303,16 @@ def table(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         best = ", ".join(f"{r['best']:.1f} in {r.get('wall_s', 0):.0f} s" for r in failed if r.get("best") is not None)
         if errs:
             best = (best + "; " if best else "") + "error: " + errs[0]
-        lines.append(f"| {algo} | {task} ({TASKS.get(task, ('', '?'))[1]:g}) | {len(ok)}/{len(rs)} (seeds {seeds}) | "
+        fit = next((r["resources"] for r in rs if r.get("resources")), None)
+        if fit:
+            fitted[algo] = fit
+        lines.append(f"| {algo}{'†' if fit else ''} | {task} ({TASKS.get(task, ('', '?'))[1]:g}) | {len(ok)}/{len(rs)} (seeds {seeds}) | "
                      f"{_fmt([r['env_steps'] for r in ok], ',.0f')} | {_fmt([r['wall_s'] for r in ok], '.1f')} | "
                      f"{_fmt([r['cpu_s'] for r in ok], '.1f')} | {best or '–'} |")
+    if fitted:
+        lines += ["", "† learner actors share this machine's cores, nothing else changed: "
+                  + ", ".join(f"{a} " + ", ".join(f"`{k}` = {v:g}" for k, v in fit.items())
+                              for a, fit in fitted.items()) + " (`resource_fit`)."]
     measured = {(r["algo"], r["task"]) for r in records}
     missing = [f"{a} × {t}" for a, t in pairs(list(ALGOS), list(TASKS)) if (a, t) not in measured]
     if missing:
