@@ -275,8 +275,19 @@ DECISIONS = """## What the defaults are, and where they do not reach the thresho
   hold no good CartPole member does not recover; the 60 s row of 2026-11-25 (0/1, best 267) is
   replaced. On a GPU the K members cost
   about one member's time (`benchmarks/population.py`).
-* **FastAPPO / FastA3C** ask for 8 / 4 learner processes by default (the papers' layouts) and are
-  not run on this 2-core machine; `benchmarks/multi_learner.py` measures them with 1 and 2 learners.
+* **FastAPPO / FastA3C** ask for 8 / 4 learner processes with one CPU each by default (the paper's
+  layouts). On this 2-core machine their rows run the defaults with the learners sharing the
+  cores (`num_cpus_per_async_learner` 0.25 / 0.5, the one setting `resource_fit` changes; without
+  it the build stops with a one-line error naming the key), so each learner steps its 8 / 16 envs
+  at a quarter / half of a core and the wall-clock includes starting the actors (about 20 s / 10 s).
+  FastAPPO (the paper's PPO at lr 3e-4 / 4, 4 epochs, no KL schedule) reaches Acrobot in 3 of 3
+  (43 s) and MountainCarContinuous in 2 of 3 (59 s; FastPPO's defaults in none), but CartPole
+  stops at 459-469 and Pendulum at -288 to -353 within 120 s. FastA3C reaches CartPole (58.7 s)
+  and Acrobot (23.3 s) in 3 of 3, MountainCarContinuous in 1 of 3 (85 and 88 in the others);
+  Pendulum stays at -790 to -1060 in 120 s (FastA2C's 64 envs at the sqrt-rule lr reach it; A3C's
+  16-env units at a fixed 7e-4 are the paper's). These defaults stay the paper's: they are for
+  machines with a core per learner, where the learners do not take turns on two cores;
+  `benchmarks/multi_learner.py` measures them with 1 and 2 learners.
 """
 
 

@@ -333,6 +333,8 @@ class ParallelVecEnv(TensorVecEnv):
         # a source that resets one step late says so (NEXT_STEP); wrappers and the
         # gymnasium bridge read it to handle its `valid=False` straddling steps
         self.autoreset_mode = i0.get("autoreset_mode")
+        # the critic's privileged states (asymmetric actor-critic), mirrored like obs
+        self.single_state_space = i0.get("state_space")
         spec = i0["spec"]
         obs_dtype = np.dtype(spec["obs_dtype"]) if spec else np.dtype(obs_space.dtype)
         extras = spec["extras"] if spec else {}
@@ -350,6 +352,8 @@ class ParallelVecEnv(TensorVecEnv):
             lay.add(f, (n,), np.bool_)
         for k, (s, dt) in extras.items():
             lay.add("x_" + k, (n, *s), dt)
+        if self.single_state_space is not None:
+            lay.add("states", (n, *self.single_state_space.shape), np.float32)
         lay.add("cmd", (W,), np.int32)
         lay.add("seed", (W,), np.int64)
         for f in ("has_seed", "has_final", "valid_none", "status"):
@@ -527,6 +531,18 @@ class ParallelVecEnv(TensorVecEnv):
             return None
         return {"workers": states}
 
+    @property
+    def states(self) -> Optional[torch.Tensor]:
+        """The sources' current critic states ``[N, ...]`` (a copy), or None when
+        the source has none. The workers refresh them after every reset, step
+        and ``set_state``, so they are exact between steps."""
+        if self.single_state_space is None:
+            return None
+        self._check_usable()
+        if any(self._pending):
+            raise RuntimeError("states read while a step is in flight; wait for it first")
+        return self._out(torch.from_numpy(self._v["states"].copy()))
+
     def randomize_episode_progress(self) -> None:
         """Spread the episode clocks of every worker's source (a no-op in a
         worker whose source has none): the on-policy algorithms' start-state
@@ -601,6 +617,7 @@ class SerialVecEnv(TensorVecEnv):
         self.max_episode_steps = getattr(e0, "max_episode_steps", None)
         self.normalize_obs_hint = getattr(e0, "normalize_obs_hint", None)
         self.autoreset_mode = getattr(e0, "autoreset_mode", None)  # NEXT_STEP: resets one step late
+        self.single_state_space = getattr(e0, "single_state_space", None)  # asymmetric critic's states
         wg = W // G
         self.group_num_envs = n // G
         self.group_slices = [slice(g * wg * nw, (g + 1) * wg * nw) for g in range(G)]
@@ -627,6 +644,14 @@ class SerialVecEnv(TensorVecEnv):
 
     def wait_group(self, g: int) -> Step:
         return self._results.pop(g)
+
+    @property
+    def states(self) -> Optional[torch.Tensor]:
+        """Every source's current critic states, concatenated (None without states)."""
+        if self.single_state_space is None:
+            return None
+        return torch.cat([e.states.float().reshape(e.num_envs, *self.single_state_space.shape)
+                          for e in self.envs]).to(self.device)
 
     def randomize_episode_progress(self) -> None:
         for e in self.envs:

@@ -133,6 +133,9 @@ def _serve(w: int, env: TensorVecEnv, conn: Any, cmd_sem: Any, done_sem: Any, bu
     actions_v, obs_v, final_v = v["actions"][rows], v["obs"][rows], v["final"][rows]
     rew_v, term_v, trunc_v, valid_v = v["reward"][rows], v["terminated"][rows], v["truncated"][rows], v["valid"][rows]
     ext_v = {k: v["x_" + k][rows] for k in extra_keys}
+    # asymmetric actor-critic: the source's current critic states, kept current after
+    # every reset and step so the main process can read `env.states` at any barrier
+    states_v = v["states"][rows] if "states" in v else None
     cmd, seeds, has_seed, has_final, valid_none = v["cmd"], v["seed"], v["has_seed"], v["has_final"], v["valid_none"]
     while True:
         if not spin_acquire(cmd_sem, spin_s):
@@ -163,13 +166,19 @@ def _serve(w: int, env: TensorVecEnv, conn: Any, cmd_sem: Any, done_sem: Any, bu
                     raise KeyError(f"step() returned no extras[{k!r}], which the probe step returned "
                                    f"(keys now: {sorted(extras)})")
                 _write_rows(dst, extras[k])
+            if states_v is not None:
+                _write_rows(states_v, env.states.reshape(states_v.shape))
         elif c == CMD_RESET:
             obs = env.reset(seed=int(seeds[w]) if has_seed[w] else None)
             _write_rows(obs_v, obs)
+            if states_v is not None:
+                _write_rows(states_v, env.states.reshape(states_v.shape))
         elif c == CMD_GET_STATE:
             conn.send(("state", env.get_state()))
         elif c == CMD_SET_STATE:
             env.set_state(conn.recv())
+            if states_v is not None:
+                _write_rows(states_v, env.states.reshape(states_v.shape))
         elif c == CMD_RANDOMIZE_CLOCKS:   # a no-op for a source without episode clocks
             if hasattr(env, "randomize_episode_progress"):
                 env.randomize_episode_progress()
@@ -200,6 +209,7 @@ def worker_main(w: int, make_env_fn: MakeEnvFn, n: int, seed: Optional[int], con
                 "max_episode_steps": getattr(env, "max_episode_steps", None),
                 "normalize_obs_hint": getattr(env, "normalize_obs_hint", None), "pid": os.getpid(),
                 "autoreset_mode": getattr(env, "autoreset_mode", None),
+                "state_space": getattr(env, "single_state_space", None),
                 "spec": _probe_spec(make_env_fn) if probe else None}
         conn.send(("ready", info))
         msg = conn.recv()

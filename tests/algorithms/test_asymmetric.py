@@ -456,3 +456,18 @@ def test_mjlab_go1_critic_reads_the_critic_group(name):
             assert algo.storage["final_states"].shape[-1] == 72
     finally:
         algo.stop()
+
+
+def test_hts_executor_processes_keep_the_critic_on_states():
+    """HTS with its simulator in executor processes: the critic still reads the 8-dim
+    states (they cross the process boundary), and a round trains on them."""
+    cfg = _on_policy("HTSPPO", VECTASK).training(executor_processes=True)
+    algo = cfg.build_algo()
+    try:
+        assert _in_features(algo.module.vf) == STATE_DIM and _in_features(algo.module.pi) == OBS_DIM
+        algo.train()          # the first round only fills the pipeline
+        r = algo.train()
+        assert math.isfinite(r["learners"]["default_policy"]["vf_loss"])
+        assert algo.buffers.read["states"].abs().sum() > 0
+    finally:
+        algo.stop()

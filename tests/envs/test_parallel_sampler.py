@@ -438,3 +438,35 @@ def test_argument_errors_start_nothing():
     with pytest.raises((AttributeError, TypeError, pickle.PicklingError), match="pickle"):  # spawn pickles it
         ParallelVecEnv(lambda n, s: CountEnv(n, s), num_envs=2, num_workers=1)
     assert {p.pid for p in mp.active_children()} <= before
+
+
+def test_critic_states_cross_the_process_boundary():
+    """An asymmetric source's ``single_state_space`` and current ``states`` reach the
+    main process (after reset and every step), so a simulator in worker processes
+    (``ParallelEnvCreator``, HTS's ``executor_processes``) keeps the critic on its
+    privileged states. The stand-in's states are its observation (position,
+    velocity, target - position) plus the target; it draws from torch's global
+    RNG, as Isaac Gym tasks do, so no in-process reference replays its draws."""
+    from rllib_fast.envs.parallel import NamedEnvFactory
+
+    make = NamedEnvFactory("isaacgym:PointReach", task_class="rllib_fast.envs.standins.vectask:PointReachTask",
+                           cfg={"env": {"episodeLength": 5}})
+    env = ParallelVecEnv(make, num_envs=6, num_workers=2, seed=3, step_timeout=60, context=CTX)
+    ref = SerialVecEnv(make, num_envs=6, num_workers=2, seed=3)
+    try:
+        assert env.single_state_space == ref.single_state_space and env.single_state_space.shape == (8,)
+        obs = env.reset()
+        assert torch.equal(env.states[:, :6], obs) and env.states[:, 6:].abs().sum() > 0
+        gen = torch.Generator().manual_seed(0)
+        ends = 0
+        for _ in range(12):   # through two episode ends: the new episodes' states
+            s = env.step(torch.rand(6, 2, generator=gen) * 2 - 1)
+            ends += int((s.terminated | s.truncated).sum())
+            assert torch.equal(env.states, s.extras["states"]) and torch.equal(env.states[:, :6], s.obs)
+        assert ends > 0
+        states = env.states
+        states.zero_()          # a copy: the mirror in shared memory is untouched
+        assert env.states.abs().sum() > 0
+    finally:
+        env.close()
+        ref.close()
