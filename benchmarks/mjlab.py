@@ -134,11 +134,18 @@ def _mjlab_env(task: str, num_envs: int, seed: int, device: str = "cpu"):
     return ManagerBasedRlEnv(cfg, device=device)
 
 
-def arm_rsl_rl(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str = "cpu") -> None:
+def arm_rsl_rl(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str = "cpu",
+               threads: Optional[int] = None) -> None:
+    """rsl_rl's runner with mjlab's config for the task, unchanged. ``threads``: torch
+    intra-op threads for its update (the peer's use of a second core: its runner
+    steps the simulator in this one process)."""
     _unshadow()
     import dataclasses
 
     import torch
+
+    if threads:
+        torch.set_num_threads(int(threads))
     from mjlab.rl import RslRlVecEnvWrapper
     from mjlab.rl.runner import MjlabOnPolicyRunner
     from mjlab.tasks.registry import load_rl_cfg, load_runner_cls
@@ -187,14 +194,22 @@ def _train_loop(ctx: H.ArmContext, algo) -> None:
 
 def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "defaults", task: str = TASK,
                 device: str = "cpu", overrides: Optional[Dict[str, Any]] = None,
-                env_config: Optional[Dict[str, Any]] = None) -> None:
+                env_config: Optional[Dict[str, Any]] = None, workers: int = 0) -> None:
+    """FastPPO on the ``mjlab:`` source; ``workers`` > 0 steps the simulator in that
+    many processes (``ParallelEnvCreator``, N / workers envs each) while the policy
+    and the update stay in this one."""
     _unshadow()
     from rllib_fast.algorithms.ppo import FastPPOConfig
 
     kw = dict(RSL_STYLE) if preset == "rsl" else {}
     kw.update(overrides or {})
-    ctx.note(hyperparameters=kw, preset=preset, env_config=env_config or {})
-    cfg = (FastPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device,
+    ctx.note(hyperparameters=kw, preset=preset, env_config=env_config or {}, workers=workers)
+    source: Any = f"mjlab:{task}"
+    if workers:
+        from rllib_fast.envs.parallel import ParallelEnvCreator
+
+        source = ParallelEnvCreator(source, num_workers=workers)
+    cfg = (FastPPOConfig().environment(source, num_envs=num_envs, env_device=device,
                                        env_config=dict(env_config or {}))
            .training(**kw).debugging(seed=ctx.seed))
     ctx.start_clock()
@@ -375,8 +390,12 @@ def all_arms(go1_envs: int = 0) -> List[H.Arm]:
                   {"num_envs": n}, num_envs=n),
             H.Arm(f"fastppo-{n}", "FastPPO", f"FastPPO defaults N={n}", FN + "arm_fastppo",
                   {"num_envs": n}, num_envs=n),
+            H.Arm(f"rsl_rl_t2-{n}", "rsl_rl", f"rsl_rl OnPolicyRunner (mjlab's config), 2 torch threads N={n}",
+                  FN + "arm_rsl_rl", {"num_envs": n, "threads": 2}, num_envs=n),
             H.Arm(f"fastppo_rsl-{n}", "FastPPO-rsl", f"FastPPO rsl_rl-style N={n}", FN + "arm_fastppo",
                   {"num_envs": n, "preset": "rsl"}, num_envs=n),
+            H.Arm(f"fastppo_rsl_w2-{n}", "FastPPO-rsl", f"FastPPO rsl_rl-style, 2 simulator processes N={n}",
+                  FN + "arm_fastppo", {"num_envs": n, "preset": "rsl", "workers": 2}, num_envs=n),
             H.Arm(f"hts_rsl-{n}", "HTSPPO-rsl", f"HTSPPO rsl_rl-style, 1 executor process (both cores) N={n}",
                   FN + "arm_hts", {"num_envs": n}, num_envs=n),
             H.Arm(f"pbt-{n}", "FastPPO-PBT", f"FastPPO + PBT ({PBT_TRIALS} trials, rsl_rl-style start, both cores) "
