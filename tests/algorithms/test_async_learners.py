@@ -108,8 +108,10 @@ def test_fast_appo_with_two_learners_learns_cartpole(ray_session, tmp_path):
     # which update a sync absorbs), so the test trains until both the training return and a
     # greedy evaluation of the driver's copy of the central params pass, rather than checking
     # the evaluation once at the first iteration the training return crosses the bar.
+    # Six loaded runs here passed at iterations 18-37; one CI run (load from the other test
+    # worker) was still at 376 after 60, so the cap is 120 (~0.5 s each, only a slow run uses them).
     best, greedy = -1.0, -1.0
-    for _ in range(60):
+    for _ in range(120):
         r = algo.train()
         best = max(best, r["env_runners"]["episode_return_mean"])
         if best >= 400:
