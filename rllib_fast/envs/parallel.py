@@ -32,7 +32,8 @@ Classes and helpers:
 How the sync step works (one round trip per step): the main process writes the
 actions into a shared-memory array, sets each worker's command word and
 releases its *command* semaphore; each worker steps its source, writes obs,
-reward, flags, final_obs and extras into its rows of the shared arrays and
+reward, flags, final_obs, extras and (for an asymmetric source) its current
+critic states into its rows of the shared arrays and
 releases its *done* semaphore; the main process acquires the done semaphores of
 all workers of the group (that set is the group's barrier) and **copies** the
 rows out, so a returned ``Step`` never aliases a buffer the next step
