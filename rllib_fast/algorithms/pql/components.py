@@ -359,6 +359,9 @@ class PolicyLearner:
         self.shared_critic = shared_critic
         if not shared_critic:
             self.critic.requires_grad_(False)
+        # a shared critic (sequential DDPG(n)/SAC(n)) is frozen around each policy loss: its
+        # parameters listed once, as CriticLearner lists its own (restores load in place)
+        self._frozen_params = list(self.critic.parameters()) if shared_critic else []
         if replay is None:
             _, p_fields = cfg.replay_fields(dims.obs_dim, dims.act_dim, dims.state_dim)
             replay = TransitionReplay(capacity, rows_per_add, p_fields, device)
@@ -392,7 +395,7 @@ class PolicyLearner:
         b = self.replay.sample(self.batch_size, keys=("obs", "states", "valid") if asym else ("obs", "valid"))
         w = b["valid"].float()
         wsum = w.sum().clamp_min(1.0)
-        frozen = list(self.critic.parameters()) if self.shared_critic else []
+        frozen = self._frozen_params
         for p in frozen:
             p.requires_grad_(False)
         try:
