@@ -383,7 +383,7 @@ def arm_raw(ctx: H.ArmContext, num_envs: int, source: str = "raw", task: str = T
 
 
 def arm_paired(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str = "cpu",
-               compile: Any = False, rounds: int = 12) -> None:
+               compile: Any = False, rounds: int = 20) -> None:
     """Overhead over the simulator measured so that the host's drift cancels out.
 
     The learn and throughput arms run one after another, minutes apart, and this
