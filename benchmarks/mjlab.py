@@ -671,10 +671,12 @@ def _goals(rows: List[Dict[str, Any]], raw: Dict[int, Any], busy: Dict[int, Any]
                        "between rollouts (as rsl_rl's does).")
     for r in paired or []:
         gap = r["overall_below"]
+        update_share = 1.0 - r["overall"] / r["rollout"] if r.get("rollout") else float("nan")
         out.append(f"- Paired ({r['label']}, {r['rounds']} rounds): overall {100 * gap:.0f}% below raw busy in the "
                    f"same rounds, rollout alone {100 * r['rollout_below']:.0f}%, the source without a policy "
-                   f"{100 * r['adapter_busy_below']:.0f}%: overall goal **{'met' if gap <= 0.10 else 'not met'}** "
-                   "against raw busy.")
+                   f"{100 * r['adapter_busy_below']:.0f}%; the PPO update (and the rest of the iteration) takes "
+                   f"{100 * update_share:.0f}% of the iteration's time: overall goal "
+                   f"**{'met' if gap <= 0.10 else 'not met'}** against raw busy.")
     return out + [""]
 
 

@@ -313,7 +313,7 @@ class FastAlgorithm(Algorithm):
         local_envs = self.local_num_envs()
         self.env = self.make_env(local_envs, self.seed)
         if getattr(cfg, "compile", False):   # the env's part of the hot path (built-in torch tasks)
-            self.env.compile_step(cfg.compile)
+            self.env.compile_step(cfg.compile, getattr(cfg, "compile_backend", None))
         if cfg.validate_env_on_setup:
             validate_env(self.env)
         self.tracker = EpisodeTracker(local_envs, self.device, cfg.metrics_num_episodes_for_smoothing)

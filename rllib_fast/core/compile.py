@@ -60,22 +60,25 @@ def compile_mode(setting: Any) -> str | None:
 _NOTED: set = set()
 
 
-def compiled(fn: Callable, setting: Any, device: torch.device | str = "cpu") -> Callable:
+def compiled(fn: Callable, setting: Any, device: torch.device | str = "cpu",
+             backend: str | None = None) -> Callable:
     """``fn`` compiled under ``setting`` (the ``compile`` key), or ``fn`` itself.
 
     Static shapes, no forced full graph (an untested component that breaks
-    the graph still runs; the tests assert zero breaks on the hot paths)."""
+    the graph still runs; the tests assert zero breaks on the hot paths).
+    ``backend``: a config's own ``compile_backend`` (populations), else ``BACKEND``."""
     mode = compile_mode(setting)
+    backend = backend or BACKEND
     if mode is None:
         return fn
     kind = torch.device(device).type
     if mode != "default" and kind != "cuda" and (mode, kind) not in _NOTED:
         _NOTED.add((mode, kind))
         logger.info("compile=%r on %s: CUDA graphs need CUDA tensors; compiled without them", mode, kind)
-    if BACKEND != "inductor":
-        return torch.compile(fn, backend=BACKEND, dynamic=False)
+    if backend != "inductor":
+        return torch.compile(fn, backend=backend, dynamic=False)
     options = {**torch._inductor.list_mode_options(mode), "fallback_random": True}
-    return torch.compile(fn, backend=BACKEND, dynamic=False, options=options)
+    return torch.compile(fn, backend=backend, dynamic=False, options=options)
 
 
 def graph_breaks(fn: Callable, *args, **kwargs) -> int:

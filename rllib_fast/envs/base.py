@@ -152,10 +152,11 @@ class TensorVecEnv:
     def close(self) -> None:
         """Release simulator resources."""
 
-    def compile_step(self, setting: Any) -> bool:
+    def compile_step(self, setting: Any, backend: Optional[str] = None) -> bool:
         """Compile the source's own step under the algorithms' ``compile``
-        setting where it is torch code that can be (the built-in tasks);
-        True when it did. Simulators and wrappers keep their step."""
+        setting (and ``compile_backend`` where the config has one) where it is
+        torch code that can be (the built-in tasks); True when it did.
+        Simulators and wrappers keep their step."""
         return False
 
     # -- derived helpers ----------------------------------------------------

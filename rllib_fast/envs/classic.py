@@ -154,7 +154,7 @@ class _ClassicControlEnv(TensorVecEnv):
             obs = final_obs.clone()
         return state, elapsed, obs, reward, terminated, truncated, final_obs
 
-    def compile_step(self, setting: Any) -> bool:
+    def compile_step(self, setting: Any, backend: Optional[str] = None) -> bool:
         """Run :meth:`_transition` under ``torch.compile`` (the algorithms'
         ``compile`` setting): the task's few dozen elementwise ops become one
         fused kernel. Out-of-range discrete actions still fail (inductor checks
@@ -162,7 +162,7 @@ class _ClassicControlEnv(TensorVecEnv):
         message; ``step`` keeps checking dtypes."""
         from ..core.compile import compile_mode, compiled
 
-        self._transition_fn = compiled(self._transition, setting, self.device)
+        self._transition_fn = compiled(self._transition, setting, self.device, backend)
         return compile_mode(setting) is not None
 
     def get_state(self) -> Dict[str, Any]:

@@ -302,3 +302,27 @@ def test_sources_without_a_compilable_step_keep_theirs():
     from rllib_fast.envs.base import TensorVecEnv
 
     assert TensorVecEnv.compile_step(object(), True) is False
+
+
+def test_population_env_step_follows_the_configs_compile_backend(monkeypatch):
+    """A population's ``compile_backend`` covers the built-in task's step too (it
+    used to compile that step with inductor whatever the key said)."""
+    from rllib_fast.algorithms.population import PopTD3Config
+
+    backends = []
+    real = torch.compile
+
+    def spy(fn=None, **kw):
+        backends.append(kw.get("backend"))
+        return real(fn, **kw)
+
+    monkeypatch.setattr(torch, "compile", spy)
+    torch._dynamo.reset()
+    algo = (PopTD3Config().environment("Pendulum")
+            .training(population_size=2, hidden_sizes=[8], batch_size=8, learning_starts=10, rollout_length=5,
+                      buffer_size=100, compile=True, compile_backend="eager").debugging(seed=0).build_algo())
+    algo.train()
+    assert algo.env._transition_fn is not algo.env._transition
+    assert backends and set(backends) == {"eager"}, backends
+    algo.stop()
+    torch._dynamo.reset()

@@ -215,6 +215,27 @@ def test_pbt_waits_until_every_member_has_a_fitness():
     algo.stop()
 
 
+def test_small_populations_replace_one_member_and_auto_pbt_needs_two():
+    """floor(0.3 * K) is 0 below K = 4: a round still replaces one member (the
+    worst, from the best) once K >= 2. ``pbt_interval='auto'`` (PopDQN's default)
+    is the measured interval with someone to replace, off for a single member."""
+    algo = tiny(population_size=2, pbt_interval=10, learning_starts=0).build_algo()
+    algo.train()
+    algo.returns.ring[:, 0] = torch.tensor([-5.0, -1.0], dtype=torch.float64)
+    algo.returns.filled.fill_(1)
+    info = algo.pbt_round()
+    assert list(info["replaced"]) == [0]
+    algo.stop()
+    assert PopDQNConfig().pbt_interval == "auto" and PopTD3Config().pbt_interval is None
+    assert PopDQNConfig().training(population_size=4).resolved_pbt_interval() == PopDQNConfig.AUTO_PBT_INTERVAL
+    assert PopDQNConfig().training(population_size=1).resolved_pbt_interval() is None
+    assert PopDQNConfig().training(pbt_fraction=0.0).resolved_pbt_interval() is None
+    assert PopTD3Config().training(pbt_interval="auto").resolved_pbt_interval() is None   # nothing measured
+    single = tiny(PopDQNConfig, population_size=1).build_algo()            # 'auto' with one member: off
+    assert single.pbt_interval is None
+    single.stop()
+
+
 def test_pbt_perturbations_stay_inside_what_each_key_allows():
     """A ``* 1.2`` perturbation of gamma near 1 must not leave [0, 1] (the
     Bellman target would diverge); perturbations beyond the prior are allowed."""
@@ -282,7 +303,9 @@ def test_checkpoint_resumes_bitwise(tmp_path, cls):
 
 @pytest.mark.parametrize("kw,needle", [
     ({"hyperparam_mutations": {"learning_rate": [1e-3]}}, "'learning_rate' is not a member hyperparameter"),
-    ({"pbt_interval": 5, "population_size": 2}, "floor(pbt_fraction * population_size) = 0"),
+    ({"pbt_interval": 5, "population_size": 1}, "replaces no member"),
+    ({"pbt_interval": 5, "pbt_fraction": 0.0}, "replaces no member"),
+    ({"pbt_interval": "often"}, "None, 'auto' or a positive int"),
     ({"pbt_exploit_optimizer": "keep"}, "'reset', 'copy'"),
     ({"hyperparam_mutations": {"actor_lr": {"gauss": [1, 2]}}}, "`hyperparam_mutations`"),
 ])

@@ -94,6 +94,7 @@ class PopulationAlgorithm(FastAlgorithm):
         self.num_updates = 0        # update steps per member
         self.update_credit = 0.0
         self.last_pbt = 0
+        self.pbt_interval = cfg.resolved_pbt_interval()   # None: in-trial PBT off
         self.pbt_rounds = 0
         self.last_pbt_info: Dict[str, Any] = {}
         self.episodes_logged = 0
@@ -212,7 +213,7 @@ class PopulationAlgorithm(FastAlgorithm):
             with self.metrics.log_time(("timers", "learn")):
                 self.learn(n_updates)
         pbt_info = None
-        if cfg.pbt_interval is not None and self.num_updates - self.last_pbt >= cfg.pbt_interval:
+        if self.pbt_interval is not None and self.num_updates - self.last_pbt >= self.pbt_interval:
             pbt_info = self.pbt_round()
         self._report(n_updates, pbt_info)
 
@@ -252,7 +253,7 @@ class PopulationAlgorithm(FastAlgorithm):
     def select(self, fitness: np.ndarray):
         """Truncation selection: (bottom members, their donors from the top)."""
         cfg, g = self.config, self.host_rng
-        q = int(cfg.pbt_fraction * self.K)
+        q = cfg.pbt_replaced()
         fit = np.where(np.isnan(fitness), -np.inf, fitness)
         order = np.argsort(fit, kind="stable")          # ascending
         bottom, top = order[:q], order[::-1][:q]

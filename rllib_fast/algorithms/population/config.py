@@ -39,11 +39,17 @@ def _schedule_ok(value: Any) -> bool:
 LR = dict(low=0.0, low_open=True, live=True)
 
 
+def _pbt_interval_ok(v: Any) -> bool:
+    return v is None or v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+
+
 class PopulationConfig(FastConfig):
     """Shared keys of PopTD3/PopSAC/PopDQN/CEMRL/DvD."""
 
     # member hyperparameter -> paper prior (Tune mutation format); subclasses fill it
     MEMBER_HPARAMS: Dict[str, Any] = {}
+    # what pbt_interval='auto' means for this algorithm (None: nothing measured, off)
+    AUTO_PBT_INTERVAL = None
 
     HYPERPARAMETERS = {
         # num_envs is derived (population_size * num_envs_per_member); its default says so for help()
@@ -62,8 +68,9 @@ class PopulationConfig(FastConfig):
         "fused_update_steps": Param(50, "update steps dispatched back to back without host sync "
                                     "(paper: 50 TD3/SAC, 10 DQN)", (int,), low=1),
         "compile": Param(False, "torch.compile the single update step (compile time reported separately) and "
-                         "a built-in torch task's step (inductor)", (bool,)),
-        "compile_backend": Param("inductor", "torch.compile backend of the update step", (str,),
+                         "a built-in torch task's step", (bool,)),
+        "compile_backend": Param("inductor", "torch.compile backend of the update step and of a built-in torch "
+                                 "task's step", (str,),
                                  choices=("inductor", "aot_eager", "eager")),
         "hidden_sizes": Param("auto", "hidden sizes of every member's networks ('auto': the paper's [256, 256] "
                               "for obs_dim >= 16, else [128, 128])", (str, list, tuple), check=AUTO_OR_INT_LIST),
@@ -74,8 +81,11 @@ class PopulationConfig(FastConfig):
                                       check=(_mutation_spec_ok, "a dict key -> list | tune Domain | callable | "
                                              "{loguniform|uniform|randint|choice: [...]}")),
         "pbt_interval": Param(None, "update steps per member between in-trial PBT rounds (paper: 100000; "
-                              "None: off)", (int,), low=1, optional=True),
-        "pbt_fraction": Param(0.3, "bottom fraction replaced by copies of the top fraction", low=0.0, high=0.5),
+                              "None: off; 'auto': the algorithm's measured interval when the population has "
+                              "2+ members, else off)", (int, str), optional=True,
+                              check=(_pbt_interval_ok, "None, 'auto' or a positive int")),
+        "pbt_fraction": Param(0.3, "bottom fraction replaced by copies of the top fraction (at least one "
+                              "member once the population has 2+)", low=0.0, high=0.5),
         "pbt_resample_probability": Param(1.0, "probability to resample from the prior instead of perturbing",
                                           low=0.0, high=1.0),
         "pbt_perturbation_factors": Param([1.2, 0.8], "perturbation factors (Tune's default)", (list, tuple),
@@ -100,6 +110,24 @@ class PopulationConfig(FastConfig):
         spec = self.hyperparam_mutations if self.hyperparam_mutations is not None else self.MEMBER_HPARAMS
         return M.normalize(spec)
 
+    def resolved_pbt_interval(self):
+        """In-trial PBT's interval in update steps per member, or None (off).
+        ``'auto'`` is ``AUTO_PBT_INTERVAL`` (measured per algorithm; None where
+        nothing was measured) when there is someone to replace, else off."""
+        if self.pbt_interval != "auto":
+            return self.pbt_interval
+        if self.population_size < 2 or self.pbt_fraction <= 0.0:
+            return None
+        return self.AUTO_PBT_INTERVAL
+
+    def pbt_replaced(self) -> int:
+        """Members one PBT round replaces: floor(pbt_fraction * K), at least one
+        once K >= 2 (a population of 2 or 3 would otherwise replace nobody at the
+        default 0.3); 0 only for ``pbt_fraction`` 0 or a single member."""
+        if self.pbt_fraction <= 0.0 or self.population_size < 2:
+            return 0
+        return max(1, int(self.pbt_fraction * self.population_size))
+
     def resolved_hidden(self, obs_dim: int) -> list:
         """The members' hidden sizes for an observation of ``obs_dim`` values."""
         return auto_hidden_sizes(self.hidden_sizes, obs_dim, large=(256, 256))
@@ -114,10 +142,11 @@ class PopulationConfig(FastConfig):
         if bad:
             self._value_error(f"{name}: `hyperparam_mutations` key {bad[0]!r} is not a member hyperparameter; "
                               f"allowed: {', '.join(sorted(self.MEMBER_HPARAMS))}")
-        if self.pbt_interval is not None and int(self.pbt_fraction * self.population_size) == 0:
-            self._value_error(f"{name}: in-trial PBT replaces floor(pbt_fraction * population_size) = 0 members "
+        if isinstance(self.pbt_interval, int) and self.pbt_replaced() == 0:
+            self._value_error(f"{name}: in-trial PBT (`pbt_interval`={self.pbt_interval}) replaces no member "
                               f"(pbt_fraction={self.pbt_fraction}, population_size={self.population_size}); "
-                              "allowed: pbt_fraction * population_size >= 1, or pbt_interval=None")
+                              "allowed: pbt_fraction > 0 and population_size >= 2, or pbt_interval=None "
+                              "or 'auto'")
 
 
 _TD3_PRIOR = {  # Flajolet et al. App. B.1 (TD3 PBT search space)
@@ -214,8 +243,12 @@ class PopDQNConfig(PopulationConfig):
         "epsilon_timesteps": Param(10_000, "env steps per member to anneal epsilon", (int,), low=1),
         "huber_delta": Param(1.0, "Huber loss threshold", low=0.0, low_open=True),
         "adam_eps": Param(1e-8, "Adam epsilon", low=0.0, low_open=True),
-        **with_defaults(PopulationConfig, lr=1e-3, fused_update_steps=10, hidden_sizes=[64, 64], batch_size=64),
+        **with_defaults(PopulationConfig, lr=1e-3, fused_update_steps=10, hidden_sizes=[64, 64], batch_size=64,
+                        pbt_interval="auto"),
     }
+    # measured (docs/defaults.md, seeds 0-2): CartPole 475 in 3/3 seeds against 1/3 without
+    # in-trial PBT, Acrobot -100 in 20.0 s against 47.8 s
+    AUTO_PBT_INTERVAL = 2000
 
     def __init__(self, algo_class=None):
         from .dqn import PopDQN
