@@ -268,17 +268,16 @@ DECISIONS = """## What the defaults are, and where they do not reach the thresho
   reached by the table's rule, which counts a mean only once 100 episodes have finished: a CEMRL
   generation is one evaluation episode per member (10) plus as many TD3 steps as env steps, about
   32 s on one core, so 240 s held 9 generations, 90 episodes; its best member's return (-1.2) was
-  above the threshold by then. PopDQN ([64, 64], 150 s cap) reaches Acrobot in 3 seeds of 3 and
-  CartPole in 1 (22.5 s); seeds 1 and 2 stop at 320 and 218. Its four members start from
-  hyperparameters drawn from the mutation prior (`pbt_init='sample'`: lr 3e-5 to 3e-3, gamma 0.9
-  to 1.0, ...) and in-trial PBT is off by default (`pbt_interval=None`), so a seed whose draws
-  hold no good CartPole member does not recover; the 60 s row of 2026-11-25 (0/1, best 267) is
-  replaced. With in-trial PBT every 2,000 updates per member (`pbt_interval=2000`, candidate
-  "popdqn-pbt2000", seeds 0-2, one run at a time) CartPole goes to 3 of 3 (median 72.0 s, 197k
-  env steps) and Acrobot to 20.0 s (47k env steps, 3 of 3): set it for these tasks. It is not
-  the default yet: with the default `pbt_fraction` 0.3 a population of fewer than 4 members
-  replaces no one, which validation rejects whenever PBT is on, so turning it on by default
-  first needs a rule for small populations. On a GPU the K members cost
+  above the threshold by then. PopDQN ([64, 64], 150 s cap, one run at a time) reaches CartPole
+  in 3 seeds of 3 (median 68.0 s, 197k env steps) and Acrobot in 3 of 3 (19.6 s, 47k). Its four
+  members start from hyperparameters drawn from the mutation prior (`pbt_init='sample'`: lr 3e-5
+  to 3e-3, gamma 0.9 to 1.0, ...), and in-trial PBT replaces the worst member every 2,000 updates
+  per member (`pbt_interval='auto'`, PopDQN's default since 2026-11-26). Without it (the earlier
+  default, `pbt_interval=None`) a seed whose draws held no good CartPole member did not recover:
+  CartPole 1 of 3 (seeds 1 and 2 stopped at 320 and 218 in 150 s) and Acrobot 3 of 3 at a median
+  47.8 s (114k env steps). 'auto' needs a member to replace: a round replaces max(1,
+  floor(`pbt_fraction` * K)), so populations of 2 or 3 replace one, and one member runs without
+  PBT. PopTD3/PopSAC keep it off (no interval measured for them here). On a GPU the K members cost
   about one member's time (`benchmarks/population.py`).
 * **FastAPPO / FastA3C** ask for 8 / 4 learner processes with one CPU each by default (the paper's
   layouts). On this 2-core machine their rows run the defaults with the learners sharing the
