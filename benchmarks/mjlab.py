@@ -109,6 +109,9 @@ RSL_STYLE = dict(rollout_length=32, num_epochs=5, num_minibatches=4, lr=1e-3, ad
 # PBT arm: 4 FastPPO trials from RSL_STYLE on PBT_RAY_CPUS CPUs at once; only live hyperparameters
 # are mutated (num_epochs, rollout_length, minibatches would rebuild the trial's env on reset_config)
 PBT_TRIALS, PBT_INTERVAL, PBT_RAY_CPUS = 4, 8, 2
+# Go1 FastPPO arms: mjlab's registered rsl_rl settings for Go1 as the shipped tune config maps them
+# (24 steps/env, 5 x 4, [512, 256, 128] ELU, init std 1, the critic group as states)
+GO1_FILE = "mjlab-go1-flat-fastppo"
 PBT_MUTATIONS = {"lr": (3e-4, 3e-3), "entropy_coeff": (0.0, 0.01), "clip_param": (0.1, 0.2, 0.3)}
 FN = "mjlab:"  # arm functions: the harness child imports this file by its name
 
@@ -192,6 +195,17 @@ def _train_loop(ctx: H.ArmContext, algo) -> None:
         algo.stop()
 
 
+def _shipped_settings(name: str) -> Dict[str, Any]:
+    """The algorithm settings of a shipped ``tune_configs/<name>.yaml`` (mjlab's rsl_rl
+    config for the task mapped to FastPPO), without its placement keys (device, N, seed)."""
+    import yaml
+
+    with open(os.path.join(os.path.dirname(HERE), "tune_configs", name + ".yaml")) as f:
+        (exp,) = yaml.safe_load(f).values()
+    drop = {"env_device", "num_envs", "seed", "evaluation_interval", "env_config"}
+    return {k: v for k, v in exp["config"].items() if k not in drop}
+
+
 def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "defaults", task: str = TASK,
                 device: str = "cpu", overrides: Optional[Dict[str, Any]] = None,
                 env_config: Optional[Dict[str, Any]] = None, workers: int = 0) -> None:
@@ -201,7 +215,7 @@ def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "defaults", task
     _unshadow()
     from rllib_fast.algorithms.ppo import FastPPOConfig
 
-    kw = dict(RSL_STYLE) if preset == "rsl" else {}
+    kw = dict(RSL_STYLE) if preset == "rsl" else _shipped_settings(GO1_FILE) if preset == "go1" else {}
     kw.update(overrides or {})
     ctx.note(hyperparameters=kw, preset=preset, env_config=env_config or {}, workers=workers)
     source: Any = f"mjlab:{task}"
@@ -493,8 +507,8 @@ def all_arms(go1_envs: int = 0) -> List[H.Arm]:
                   {"num_envs": n, "task": GO1, "chunk": 4, "source": "adapter"}, num_envs=n, mode="throughput"),
             H.Arm(f"go1_rsl_rl-{n}", "Go1 rsl_rl", "Go1 rsl_rl runner", FN + "arm_rsl_rl",
                   {"num_envs": n, "task": GO1}, num_envs=n, mode="throughput"),
-            H.Arm(f"go1_fastppo-{n}", "Go1 FastPPO", "Go1 FastPPO (rsl_rl settings)", FN + "arm_fastppo",
-                  {"num_envs": n, "task": GO1, "preset": "rsl"}, num_envs=n, mode="throughput"),
+            H.Arm(f"go1_fastppo-{n}", "Go1 FastPPO", "Go1 FastPPO (mjlab's rsl_rl settings for Go1)",
+                  FN + "arm_fastppo", {"num_envs": n, "task": GO1, "preset": "go1"}, num_envs=n, mode="throughput"),
         ]
     return arms
 
@@ -688,7 +702,7 @@ def gpu_kit(device: str, num_envs: int, seconds: float) -> Dict[str, Any]:
     arms = [H.Arm(f"go1_rsl_rl-{num_envs}", "Go1 rsl_rl", "Go1 rsl_rl runner", FN + "arm_rsl_rl",
                   {"num_envs": num_envs, "task": GO1, "device": device}, num_envs=num_envs, mode="throughput"),
             H.Arm(f"go1_fastppo-{num_envs}", "Go1 FastPPO", "Go1 FastPPO", FN + "arm_fastppo",
-                  {"num_envs": num_envs, "task": GO1, "preset": "rsl", "device": device}, num_envs=num_envs,
+                  {"num_envs": num_envs, "task": GO1, "preset": "go1", "device": device}, num_envs=num_envs,
                   mode="throughput")]
     recs = H.run_arms(arms, [0], budget_s=seconds / 2, target=TARGET, threads=1, logdir=logdir,
                       throughput_s=max(2.0, seconds / 4), throughput_budget_s=seconds / 2)
