@@ -358,13 +358,15 @@ def arm_pql(ctx: H.ArmContext, num_envs: int, task: str = TASK) -> None:
 
 
 def arm_raw(ctx: H.ArmContext, num_envs: int, source: str = "raw", task: str = TASK, chunk: int = 32,
-            device: str = "cpu", busy: bool = False, exact_final_obs: bool = True) -> None:
+            device: str = "cpu", busy: bool = False, exact_final_obs: bool = True,
+            action_std: float = 0.37) -> None:
     """``chunk`` steps per report of the mjlab env itself (auto-reset) or the ``mjlab:``
     source. Zero actions from one reset: every episode clock is in step, so resets
     happen on one step in 1000 (the simulator's best case). ``busy``: the learners'
     workload instead: episode clocks randomised (rsl_rl's ``init_at_random_ep_len``,
-    FastPPO's decorrelation), so some env ends on most steps, and actions ~ N(0, 0.37)
-    clipped to +-1 (FastPPO's initial policy; 16 tensors drawn up front)."""
+    FastPPO's decorrelation), so some env ends on most steps, and actions ~ N(0,
+    ``action_std``) clipped to +-1 (the learners' initial policy: 0.37 for the Cartpole
+    settings, 1.0 for Go1's; 16 tensors drawn up front)."""
     _unshadow()
     import torch
 
@@ -385,7 +387,8 @@ def arm_raw(ctx: H.ArmContext, num_envs: int, source: str = "raw", task: str = T
         if busy:
             env.randomize_episode_progress()
     gen = torch.Generator(device=device).manual_seed(ctx.seed)
-    acts = ([(0.37 * torch.randn(num_envs, act_dim, generator=gen, device=device)).clamp(-1, 1) for _ in range(16)]
+    acts = ([(action_std * torch.randn(num_envs, act_dim, generator=gen, device=device)).clamp(-1, 1)
+             for _ in range(16)]
             if busy else [torch.zeros(num_envs, act_dim, device=device)])
     steps = 0
     while True:
@@ -505,6 +508,20 @@ def all_arms(go1_envs: int = 0) -> List[H.Arm]:
                   {"num_envs": n, "task": GO1, "chunk": 4}, num_envs=n, mode="throughput"),
             H.Arm(f"go1_adapter-{n}", "Go1 adapter", "Go1 mjlab: source, zero actions", FN + "arm_raw",
                   {"num_envs": n, "task": GO1, "chunk": 4, "source": "adapter"}, num_envs=n, mode="throughput"),
+            H.Arm(f"go1_raw_busy-{n}", "Go1 raw busy", "Go1 mjlab env, random clocks and actions ~ N(0, 1)",
+                  FN + "arm_raw", {"num_envs": n, "task": GO1, "chunk": 4, "busy": True, "action_std": 1.0},
+                  num_envs=n, mode="throughput"),
+            H.Arm(f"go1_adapter_busy-{n}", "Go1 adapter busy", "Go1 mjlab: source, random clocks and actions",
+                  FN + "arm_raw", {"num_envs": n, "task": GO1, "chunk": 4, "source": "adapter", "busy": True,
+                                   "action_std": 1.0}, num_envs=n, mode="throughput"),
+            H.Arm(f"go1_adapter_approx_busy-{n}", "Go1 adapter busy, exact_final_obs=False",
+                  "Go1 mjlab: source (mjlab's auto-reset), random clocks and actions", FN + "arm_raw",
+                  {"num_envs": n, "task": GO1, "chunk": 4, "source": "adapter", "busy": True, "action_std": 1.0,
+                   "exact_final_obs": False}, num_envs=n, mode="throughput"),
+            H.Arm(f"go1_fastppo_approx-{n}", "Go1 FastPPO, exact_final_obs=False",
+                  "Go1 FastPPO (mjlab's rsl_rl settings for Go1), mjlab's auto-reset", FN + "arm_fastppo",
+                  {"num_envs": n, "task": GO1, "preset": "go1", "env_config": {"exact_final_obs": False}},
+                  num_envs=n, mode="throughput"),
             H.Arm(f"go1_rsl_rl-{n}", "Go1 rsl_rl", "Go1 rsl_rl runner", FN + "arm_rsl_rl",
                   {"num_envs": n, "task": GO1}, num_envs=n, mode="throughput"),
             H.Arm(f"go1_fastppo-{n}", "Go1 FastPPO", "Go1 FastPPO (mjlab's rsl_rl settings for Go1)",
