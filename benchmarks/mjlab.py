@@ -477,6 +477,9 @@ def all_arms(go1_envs: int = 0) -> List[H.Arm]:
             H.Arm(f"fastppo_rsl_c-{n}", "FastPPO-rsl", f"FastPPO rsl_rl-style, compile=True N={n}",
                   FN + "arm_fastppo", {"num_envs": n, "preset": "rsl", "overrides": {"compile": True}},
                   num_envs=n),
+            H.Arm(f"fastppo_rsl_elu_c-{n}", "FastPPO-rsl", f"FastPPO rsl_rl-style, ELU (rsl_rl's network), "
+                  f"compile=True N={n}", FN + "arm_fastppo",
+                  {"num_envs": n, "preset": "rsl", "overrides": {"compile": True, "activation": "elu"}}, num_envs=n),
             H.Arm(f"fastppo_rsl_w2-{n}", "FastPPO-rsl", f"FastPPO rsl_rl-style, 2 simulator processes N={n}",
                   FN + "arm_fastppo", {"num_envs": n, "preset": "rsl", "workers": 2}, num_envs=n),
             H.Arm(f"hts_rsl-{n}", "HTSPPO-rsl", f"HTSPPO rsl_rl-style, 1 executor process (both cores) N={n}",
