@@ -21,7 +21,10 @@ Every arm runs in its own child process (``_harness.run_arms``), one at a time:
   and stuck near 28 (seed 1, 0.9M steps); on top of those, KL target 0.02 or 0.005,
   rollout 16, initial std 0.2 or 0.6, entropy 0.01, 8 minibatches, 10 epochs, ELU,
   ``exact_final_obs=False``: none better (680k-0.8M or not reached, seed 1 stuck at
-  13-28); normalisation off: 443k (seed 0), 492k (seed 1): the tuned arm;
+  13-28); normalisation off: 443k (seed 0), 492k (seed 1): the tuned arm. With rsl_rl's
+  own ELU network instead of tanh (normalisation off, compile=True, 2026-11-26, seeds 0-3:
+  ``fastppo_rsl_elu_c``) it needs 0.63-1.56M env steps (median 1.13M, 106.7 s), so the
+  tuned arm keeps tanh;
 * ``hts_rsl-<N>``: HTSPPO (HTS-RL) with the same rsl_rl-style settings and one executor
   in its own simulator process (``executor_processes=True``): the simulator steps the
   next batch while the learner updates on the previous one (policy lag exactly one),
