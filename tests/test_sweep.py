@@ -259,10 +259,13 @@ def test_killed_sweep_resumes_with_the_same_mlflow_record(tmp_path):
     for run in children:
         assert run.info.status == "FINISHED"
         assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
-        for key in ("training_iteration", "env_runners/episode_return_mean"):
-            history = client.get_metric_history(run.info.run_id, key)
-            steps = [m.step for m in history]
-            assert len(steps) == len(set(steps)) == 6, (key, sorted(steps))
+        it_steps = [m.step for m in client.get_metric_history(run.info.run_id, "training_iteration")]
+        assert len(it_steps) == len(set(it_steps)) == 6, sorted(it_steps)
+        # the return exists once an episode has ended: a trial (random seed) whose 8 envs all
+        # outlive iteration 1's 16 steps has none there (about 2% of seeds); never twice
+        ret_steps = [m.step for m in client.get_metric_history(run.info.run_id, "env_runners/episode_return_mean")]
+        assert len(ret_steps) == len(set(ret_steps)), sorted(ret_steps)
+        assert set(sorted(it_steps)[1:]) <= set(ret_steps) <= set(it_steps), (sorted(ret_steps), sorted(it_steps))
         assert sorted(m.value for m in client.get_metric_history(run.info.run_id, "training_iteration")) == \
             [1, 2, 3, 4, 5, 6]
     trial_dirs = [d for d in (tmp_path / "runs" / "kill-resume").iterdir() if d.is_dir()]
