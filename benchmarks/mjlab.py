@@ -360,6 +360,22 @@ def arm_pql(ctx: H.ArmContext, num_envs: int, task: str = TASK) -> None:
     _train_loop(ctx, cfg.build_algo())
 
 
+def _busy_actions(num_envs: int, act_dim: int, seed: int, device: str, std: float = 0.37) -> List[Any]:
+    """The busy workload's actions: 16 draws of N(0, ``std``) clipped to +-1, made up
+    front (the learners' initial policy: 0.37 for the Cartpole settings, 1.0 for Go1's)."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return [(std * torch.randn(num_envs, act_dim, generator=gen, device=device)).clamp(-1, 1) for _ in range(16)]
+
+
+def _randomize_raw_clocks(env) -> None:
+    """Spread a raw mjlab env's episode clocks (rsl_rl's ``init_at_random_ep_len``)."""
+    import torch
+
+    env.episode_length_buf = torch.randint_like(env.episode_length_buf, 0, int(env.max_episode_length))
+
+
 def arm_raw(ctx: H.ArmContext, num_envs: int, source: str = "raw", task: str = TASK, chunk: int = 32,
             device: str = "cpu", busy: bool = False, exact_final_obs: bool = True,
             action_std: float = 0.37) -> None:
@@ -379,7 +395,7 @@ def arm_raw(ctx: H.ArmContext, num_envs: int, source: str = "raw", task: str = T
         env.reset()
         act_dim = env.single_action_space.shape[0]
         if busy:
-            env.episode_length_buf = torch.randint_like(env.episode_length_buf, 0, int(env.max_episode_length))
+            _randomize_raw_clocks(env)
     else:
         from rllib_fast.envs import make
 
@@ -389,10 +405,8 @@ def arm_raw(ctx: H.ArmContext, num_envs: int, source: str = "raw", task: str = T
         act_dim = env.action_shape[0]
         if busy:
             env.randomize_episode_progress()
-    gen = torch.Generator(device=device).manual_seed(ctx.seed)
-    acts = ([(action_std * torch.randn(num_envs, act_dim, generator=gen, device=device)).clamp(-1, 1)
-             for _ in range(16)]
-            if busy else [torch.zeros(num_envs, act_dim, device=device)])
+    acts = (_busy_actions(num_envs, act_dim, ctx.seed, device, action_std) if busy
+            else [torch.zeros(num_envs, act_dim, device=device)])
     steps = 0
     while True:
         for i in range(chunk):
@@ -416,8 +430,6 @@ def arm_paired(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str =
     ``rollout_length x N`` env steps, so a round spans a few seconds and every ratio
     is taken within one round. ``compile``: FastPPO's ``compile`` setting."""
     _unshadow()
-    import torch
-
     from rllib_fast.algorithms.ppo import FastPPOConfig
     from rllib_fast.envs import make
 
@@ -426,7 +438,7 @@ def arm_paired(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str =
     ctx.start_clock()
     raw = _mjlab_env(task, num_envs, ctx.seed, device)
     raw.reset()
-    raw.episode_length_buf = torch.randint_like(raw.episode_length_buf, 0, int(raw.max_episode_length))
+    _randomize_raw_clocks(raw)
     src = make(f"mjlab:{task}", num_envs=num_envs, device=device, seed=ctx.seed)
     src.reset()
     src.randomize_episode_progress()
@@ -435,9 +447,7 @@ def arm_paired(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str =
     ctx.timed(algo, "_rollout", lambda out, a, k: algo.horizon * num_envs)
     horizon = algo.horizon
     per_window = horizon * num_envs
-    gen = torch.Generator(device=device).manual_seed(ctx.seed)
-    act_dim = src.action_shape[0]
-    acts = [(0.37 * torch.randn(num_envs, act_dim, generator=gen, device=device)).clamp(-1, 1) for _ in range(16)]
+    acts = _busy_actions(num_envs, src.action_shape[0], ctx.seed, device)
 
     def window(env) -> float:
         t = time.perf_counter()
@@ -607,13 +617,12 @@ def paired_summary(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         rounds = (rec.get("notes") or {}).get("paired") or []
         if rec.get("mode") != "paired" or not rounds:
             continue
-        med = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else sum(sorted(xs)[len(xs) // 2 - 1:len(xs) // 2 + 1]) / 2  # noqa: E731
         row = dict(label=rec["label"], num_envs=rec.get("num_envs"), rounds=len(rounds))
         for k in ("raw_busy", "adapter_busy", "rollout", "overall"):
-            row[k] = med([r[k] for r in rounds])
+            row[k] = R.median([r[k] for r in rounds])
             if k != "raw_busy":
                 ratios = sorted(1.0 - r[k] / r["raw_busy"] for r in rounds)
-                row[k + "_below"] = med(ratios)
+                row[k + "_below"] = R.median(ratios)
                 row[k + "_range"] = (ratios[0], ratios[-1])
         out.append(row)
     return out

@@ -136,6 +136,11 @@ def _serve(w: int, env: TensorVecEnv, conn: Any, cmd_sem: Any, done_sem: Any, bu
     # asymmetric actor-critic: the source's current critic states, kept current after
     # every reset and step so the main process can read `env.states` at any barrier
     states_v = v["states"][rows] if "states" in v else None
+
+    def mirror_states() -> None:
+        if states_v is not None:
+            _write_rows(states_v, env.states.reshape(states_v.shape))
+
     cmd, seeds, has_seed, has_final, valid_none = v["cmd"], v["seed"], v["has_seed"], v["has_final"], v["valid_none"]
     while True:
         if not spin_acquire(cmd_sem, spin_s):
@@ -166,19 +171,16 @@ def _serve(w: int, env: TensorVecEnv, conn: Any, cmd_sem: Any, done_sem: Any, bu
                     raise KeyError(f"step() returned no extras[{k!r}], which the probe step returned "
                                    f"(keys now: {sorted(extras)})")
                 _write_rows(dst, extras[k])
-            if states_v is not None:
-                _write_rows(states_v, env.states.reshape(states_v.shape))
+            mirror_states()
         elif c == CMD_RESET:
             obs = env.reset(seed=int(seeds[w]) if has_seed[w] else None)
             _write_rows(obs_v, obs)
-            if states_v is not None:
-                _write_rows(states_v, env.states.reshape(states_v.shape))
+            mirror_states()
         elif c == CMD_GET_STATE:
             conn.send(("state", env.get_state()))
         elif c == CMD_SET_STATE:
             env.set_state(conn.recv())
-            if states_v is not None:
-                _write_rows(states_v, env.states.reshape(states_v.shape))
+            mirror_states()
         elif c == CMD_RANDOMIZE_CLOCKS:   # a no-op for a source without episode clocks
             if hasattr(env, "randomize_episode_progress"):
                 env.randomize_episode_progress()

@@ -116,9 +116,7 @@ class PopulationConfig(FastConfig):
         nothing was measured) when there is someone to replace, else off."""
         if self.pbt_interval != "auto":
             return self.pbt_interval
-        if self.population_size < 2 or self.pbt_fraction <= 0.0:
-            return None
-        return self.AUTO_PBT_INTERVAL
+        return self.AUTO_PBT_INTERVAL if self.pbt_replaced() else None
 
     def pbt_replaced(self) -> int:
         """Members one PBT round replaces: floor(pbt_fraction * K), at least one
