@@ -321,17 +321,6 @@ class OnPolicyAlgorithm(FastAlgorithm):
     def stateful_components(self) -> Dict[str, Any]:
         return {**super().stateful_components(), "module": self.module, "optimizer": self.optimizer}
 
-    def extra_state(self) -> Dict[str, Any]:
-        out = super().extra_state()
-        if self.states is not None:   # the current states go with the current observation
-            out["states"] = self.states
-        return out
-
-    def set_extra_state(self, state: Dict[str, Any]) -> None:
-        super().set_extra_state(state)
-        if self.states is not None and state.get("states") is not None:
-            self.states = state["states"].to(self.device)
-
     # -- acting --------------------------------------------------------------------
     @torch.no_grad()
     def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:

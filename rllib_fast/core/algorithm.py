@@ -323,6 +323,10 @@ class FastAlgorithm(Algorithm):
         #: its progress bar without a per-step sync.
         self.evaluation_progress = None
         self.obs = self.env.reset(seed=self.seed)
+        #: The critic's input for the current observation when the algorithm reads the
+        #: source's states (asymmetric actor-critic; ``build()`` sets it), else None. Kept
+        #: here so checkpoints and restores carry it with ``obs`` for every algorithm.
+        self.states: Optional[torch.Tensor] = None
         self.build()
         self._applied_lr = self.configured_lr()  # what build() gave the optimizers
         self._dp_group = None
@@ -385,11 +389,17 @@ class FastAlgorithm(Algorithm):
         return {"tracker": self.tracker}
 
     def extra_state(self) -> Dict[str, Any]:
-        """Loose tensors/values to checkpoint (e.g. the current observation)."""
-        return {"obs": self.obs}
+        """Loose tensors/values to checkpoint: the current observation and, when
+        the critic reads states, the states that go with it."""
+        out = {"obs": self.obs}
+        if self.states is not None:
+            out["states"] = self.states
+        return out
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         self.obs = state["obs"].to(self.device)
+        if self.states is not None and state.get("states") is not None:
+            self.states = state["states"].to(self.device)
 
     # -- restoring with a source that cannot restore its own state ---------------------
     # Gymnasium, envpool, Isaac and mjlab sources return no state: after a restore the
@@ -398,13 +408,13 @@ class FastAlgorithm(Algorithm):
     # critic states), the tracker's running returns -- is therefore kept from the live
     # algorithm, and every episode the checkpoint had in flight ends at the checkpoint.
     def _live_episodes(self) -> Dict[str, Any]:
-        states = getattr(self, "states", None)
+        states = self.states
         return {"obs": self.obs.clone(), "states": None if states is None else states.clone(),
                 "tracker": self.tracker.in_flight()}
 
     def _keep_live_episodes(self, live: Dict[str, Any]) -> None:
         self.obs.copy_(live["obs"])    # in place: some algorithms share the buffer with workers
-        if live["states"] is not None and getattr(self, "states", None) is not None:
+        if live["states"] is not None and self.states is not None:
             self.states.copy_(live["states"])
         self.tracker.set_in_flight(live["tracker"])
 

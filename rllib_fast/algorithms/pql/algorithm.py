@@ -98,17 +98,6 @@ class _PQLFamily(FastAlgorithm):
         self.obs = step.obs
         return batch
 
-    def extra_state(self) -> Dict[str, Any]:
-        out = super().extra_state()
-        if self.states is not None:   # the current states go with the current observation
-            out["states"] = self.states
-        return out
-
-    def set_extra_state(self, state: Dict[str, Any]) -> None:
-        super().set_extra_state(state)
-        if self.states is not None and state.get("states") is not None:
-            self.states = state["states"].to(self.device)
-
     def on_source_not_restored(self) -> None:
         self.actor.cut_episodes()
 
