@@ -124,7 +124,8 @@ rm -f -- *.chunk-*
 echo "wheels complete and verified in $D"
 [ "${1:-}" = "--reassemble-only" ] && exit 0
 reqs=("ray[rllib,tune]==2.60.*" gymnasium)
-ls mjlab-*.whl >/dev/null 2>&1 && reqs+=(mjlab)
+mj=(mjlab-*.whl)            # nullglob: empty when the bundle has no mjlab (a bare `ls` would list .)
+[ "${#mj[@]}" -gt 0 ] && reqs+=(mjlab)
 # resolve against what the image already has plus these wheels; torch stays the image's
 if ! "$PY" -m pip install -q --no-index --find-links "$D" "${reqs[@]}"; then
   echo "resolution against the image failed; installing the bundled wheels without dependency checks" >&2

@@ -47,7 +47,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _harness import markdown_table, save_json  # noqa: E402
+from _harness import save_json  # noqa: E402
+from _report import markdown_table  # noqa: E402
 
 from rllib_fast.algorithms.a2c import FastA2CConfig  # noqa: E402
 from rllib_fast.algorithms.hts import HTSA2CConfig, HTSPPOConfig  # noqa: E402

@@ -288,7 +288,7 @@ def main(argv=None) -> int:
                      _fmt(1000 * r["checkpoint_restore_s"], 1) if r["checkpoint_restore_s"] else "-",
                      _fmt(1000 * r["mlflow_log_s"], 1) if r["mlflow_log_s"] else "-", _fmt(r["ray_init_s"], 1),
                      "{:.1f}".format(r["loadavg"][0])])
-    from _harness import markdown_table
+    from _report import markdown_table
 
     table = markdown_table(headers, rows)
     by = {r["arm"]: r for r in records}

@@ -112,6 +112,42 @@ def test_bundle_reassembly_names_what_a_missing_part_held(tmp_path):
     assert "big-1.0-py3-none-any.whl" in r.stdout + r.stderr
 
 
+def _install_requests(tmp_path, wheels):
+    """Run a staged bundle's install.sh with a stand-in python that records
+    every pip command line (nothing installs): the requirements it resolves."""
+    src = tmp_path / "wheels"
+    src.mkdir(parents=True)
+    for name in wheels:
+        (src / name).write_bytes(b"x")
+    out = tmp_path / "bundle"
+    r = subprocess.run(["bash", BUNDLE, "stage", str(src), str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    dest = tmp_path / "device"
+    dest.mkdir()
+    for part in out.iterdir():
+        for f in part.iterdir():
+            shutil.copy(f, dest / f.name)
+    log, fake = tmp_path / "calls.txt", tmp_path / "python"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$@" >> {log}\n')
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", str(dest / "install.sh")], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHON": str(fake)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    return log.read_text().splitlines()
+
+
+@needs_tools
+def test_bundle_install_resolves_mjlab_only_when_its_wheel_travelled(tmp_path):
+    # with bash's nullglob on, a bare `ls mjlab-*.whl` lists the folder and succeeds: the
+    # install then asked pip for mjlab, failed to resolve and fell back to --no-deps
+    calls = _install_requests(tmp_path / "a", ["rllib_fast-0.1.0-py3-none-any.whl", "ray-2.60.0-cp312.whl"])
+    resolve = next(c for c in calls if "--find-links" in c)
+    assert "ray[rllib,tune]==2.60.*" in resolve and "gymnasium" in resolve and "mjlab" not in resolve
+    assert not any("--no-deps" in c and "*.whl" in c for c in calls)
+    calls = _install_requests(tmp_path / "b", ["rllib_fast-0.1.0-py3-none-any.whl", "mjlab-1.6.0-py3-none-any.whl"])
+    assert "mjlab" in next(c for c in calls if "--find-links" in c).split()
+
+
 GPU_PY = os.path.join(REPO, "benchmarks", "gpu.py")
 
 
