@@ -17,9 +17,11 @@
 # Env: PART_MIB (default 56: 64 MiB minus room for the ~5 MB working tree), OUT (default build/gpu_bundle).
 #
 # On the device machine, one call per part (the machine must stay warm between
-# them: it is given back after 30 s idle), the last one also installing:
+# them: it is given back after 30 s idle), the last one also installing and
+# running the quick kit (a session has 15 minutes of device time in all):
 #   mkdir -p /tmp/rf_bundle && cp build/gpu_bundle/part-00/* /tmp/rf_bundle/           (carry build/gpu_bundle/part-00)
-#   cp build/gpu_bundle/part-01/* /tmp/rf_bundle/ && bash /tmp/rf_bundle/install.sh    (carry build/gpu_bundle/part-01)
+#   cp build/gpu_bundle/part-01/* /tmp/rf_bundle/ && bash /tmp/rf_bundle/install.sh \
+#     && PYTHONUNBUFFERED=1 python3 benchmarks/gpu.py --quick --max-minutes 8 --out $OUT  (carry build/gpu_bundle/part-01)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -176,6 +178,8 @@ for i in json.load(open(sys.argv[1]))["install"]:
 }
 
 print_commands() {
+  # the last part's call also installs and runs the quick kit: a lent machine has
+  # 15 minutes of device time in all, and every extra call costs a round trip
   local parts=("$OUT"/part-*) rel last i
   echo
   echo "On the device machine (device tool 'run'), one call per part, back to back (it stays warm 30 s):"
@@ -183,10 +187,12 @@ print_commands() {
   for i in "${!parts[@]}"; do
     rel="${parts[i]#"$REPO"/}"
     if [ "$i" = 0 ]; then pre="mkdir -p /tmp/rf_bundle && "; else pre=""; fi
-    if [ "$i" = "$last" ]; then post=" && bash /tmp/rf_bundle/install.sh"; else post=""; fi
+    if [ "$i" = "$last" ]; then
+      post=" && bash /tmp/rf_bundle/install.sh && PYTHONUNBUFFERED=1 python3 benchmarks/gpu.py --quick --max-minutes 8 --out \$OUT"
+    else post=""; fi
     echo "  carry [\"$rel\"]  command: ${pre}cp $rel/* /tmp/rf_bundle/${post}"
   done
-  echo "then (same warm machine):  command: PYTHONUNBUFFERED=1 python3 benchmarks/gpu.py --quick --out \$OUT"
+  echo "(timeout_s 600 on the last call: install ~1 min + the quick kit capped at 8 min)"
 }
 
 WITH_MJLAB=0; ALL_DEPS=0
