@@ -543,6 +543,11 @@ class FastAlgorithm(Algorithm):
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         self.metrics.set_state(state["metrics_logger"])
         self._iteration = state["training_iteration"]
+        if state.get("seed") is not None and int(state["seed"]) != self.seed:
+            # the run's seed goes on with it: evaluation seeds its episodes from it (with
+            # `seed=None` every build draws a new one, and a restored run evaluated others;
+            # evaluate() reseeds its env from it at every call, so the env itself stays)
+            self.seed = int(state["seed"])
         if state.get("remote_learners") and self._dp_group is not None:
             self._dp_group.set_states(state["remote_learners"])
         # Keep the restored lr in effect unless this config prescribes another lr than the

@@ -127,6 +127,14 @@ class SegmentedReplay:
             self.tree.update(idx, prio)
         self.t += 1
 
+    def clear(self) -> None:
+        """Hold nothing, as when built (what a restore from a checkpoint saved
+        without its replay leaves: the same state however the algorithm got here)."""
+        self.t = 0
+        if self.prioritized:
+            self.tree.tree.zero_()
+            self.max_priority.fill_(1.0)
+
     def cut_episodes(self) -> None:
         """End every env's episode at the last stored step, as a truncation
         (its stored ``next_obs`` is the true next observation, so windows

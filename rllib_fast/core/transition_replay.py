@@ -51,6 +51,10 @@ class TransitionReplay:
     def __len__(self) -> int:
         return self.size
 
+    def clear(self) -> None:
+        """Hold nothing, as when built (a restore from a checkpoint saved without replay)."""
+        self.ptr = self.size = 0
+
     def add(self, batch: Mapping[str, torch.Tensor]) -> None:
         """Write one batch of ``rows_per_add`` rows (every field present)."""
         lo, hi = self.ptr, self.ptr + self.rows_per_add

@@ -129,6 +129,10 @@ class VariableTimeEnv(TensorVecEnv):
 
     def get_state(self) -> Optional[Dict[str, Any]]:
         inner = self.env.get_state() if hasattr(self.env, "get_state") else None
+        if inner is None:
+            # the source cannot restore its episodes: say so (None), as the other wrappers
+            # do, so a restore keeps the live episodes and cuts the checkpoint's in-flight ones
+            return None
         return {"inner": inner, "sampler": self.sampler.get_state()}
 
     def set_state(self, state: Dict[str, Any]) -> None:

@@ -93,6 +93,11 @@ class FastDQN(FastAlgorithm):
         super().set_extra_state(state)
         self.env_steps, self.num_updates = state["env_steps"], state["num_updates"]
         self.update_credit = state["update_credit"]
+        if not self.config.checkpoint_replay:
+            # saved without its replay: restored, it holds none, whatever this object held
+            # before (a rollback or a PBT exploit would otherwise learn on the other run's
+            # data, and n-step windows would join its steps to the restored episodes)
+            self.replay.clear()
 
     def on_source_not_restored(self) -> None:
         self.replay.cut_episodes()

@@ -155,6 +155,8 @@ class PopulationAlgorithm(FastAlgorithm):
         super().set_extra_state(state)
         for k in ("env_steps", "num_updates", "update_credit", "last_pbt", "pbt_rounds", "episodes_logged"):
             setattr(self, k, state[k])
+        if not self.config.checkpoint_replay:
+            self.replay.clear()   # saved without its replay: restored, it holds none (as FastDQN)
 
     def on_source_not_restored(self) -> None:
         self.replay.cut_episodes()

@@ -42,6 +42,11 @@ class MemberReplay:
     def cut_episodes(self) -> None:
         self.buf.cut_episodes()
 
+    def clear(self) -> None:
+        self.buf.clear()
+        self.t_dev.zero_()
+        self.stored_dev.zero_()
+
     def add(self, obs, action, reward, terminated, done, next_obs, valid=None) -> None:
         self.buf.add(obs, action, reward, terminated, done, next_obs, valid)
         self.t_dev.add_(1)

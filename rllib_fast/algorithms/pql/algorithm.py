@@ -159,6 +159,8 @@ class _Sequential(_PQLFamily):
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         super().set_extra_state(state)
         self.update_credit, self.policy_credit = state["update_credit"], state["policy_credit"]
+        if not self.config.checkpoint_replay:
+            self.v.replay.clear()   # saved without its replay (shared by both roles): restored, it holds none
 
     def training_step(self) -> None:
         cfg = self.config
@@ -275,6 +277,8 @@ class PQL(_PQLFamily):
         else:
             self.backend.discard_pending()
             self.backend.pause()
+        if not self.config.checkpoint_replay:
+            self.backend.clear_replays()   # saved without them: restored, the learners hold none
 
     def apply_live_hyperparameters(self) -> None:
         super().apply_live_hyperparameters()

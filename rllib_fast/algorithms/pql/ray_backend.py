@@ -190,6 +190,10 @@ class PQLLearnerHost(LearnerActor):
         self.learner.load_state_dict(state)
         return True
 
+    def clear_replay(self) -> bool:
+        self.learner.replay.clear()
+        return True
+
     def release(self) -> None:
         self.stop.set()
         self.running.set()
@@ -427,6 +431,9 @@ class RayBackend:
 
     def set_state(self, role: str, state: Dict[str, Any]) -> None:
         ray.get(self.hosts[role].set_state.remote(state))
+
+    def clear_replays(self) -> None:
+        ray.get([h.clear_replay.remote() for h in self.hosts.values()])
 
     def set_live(self, live) -> None:
         ray.get([h.set_live.remote(live.lr, live.actor_lr, live.tau, live.grad_clip) for h in self.hosts.values()])

@@ -104,6 +104,14 @@ class ThreadBackend:
             self._ingest(role)
         load_snapshot(self.algo.actor.policy, snapshot(self.algo.p.policy))
 
+    def clear_replays(self) -> None:
+        """Empty both learners' replays (a restore without them; the learners are
+        parked between iterations, and pause() drained their inboxes)."""
+        for box in self.inbox.values():
+            box.clear()
+        self.algo.v.replay.clear()
+        self.algo.p.replay.clear()
+
     def close(self) -> None:
         self.stop.set()
         self.running.set()
