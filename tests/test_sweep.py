@@ -129,6 +129,32 @@ def test_rerun_into_existing_sweep_folder_refused(tmp_path, capsys):
     assert not ray.is_initialized()
 
 
+@pytest.mark.parametrize("body,needle", [
+    # a search-space bound outside the key's range: every trial used to die with a traceback
+    ("  config: {gamma: {uniform: [1.5, 2.0]}}\n", "`gamma` = 1.505 is out of range"),
+    ("  config: {lr: {loguniform: [1.0e-4, 1.0e-2]}, num_epochs: {choice: [4, 0]}}\n", "`num_epochs` = 0"),
+    # PBT mutation values, checked before Ray starts
+    ("  config: {lr: 1.0e-3}\n  scheduler: {type: pbt, hyperparam_mutations: {clip_param: [5.0, 7.0]}}\n",
+     "`clip_param` = 5.0 is out of range"),
+    ("  config: {lr: 1.0e-3}\n  scheduler: {type: pbt, hyperparam_mutations: {gamma: {uniform: [0.9, 1.2]}}}\n",
+     "`gamma` = 1.197"),
+])
+def test_search_spaces_and_mutations_are_checked_against_the_keys_ranges(tmp_path, capsys, body, needle):
+    import ray
+
+    f = tmp_path / "s.yaml"
+    f.write_text("s:\n  run: FastPPO\n  env: CartPole\n" + body)
+    assert main(["sweep", str(f), "--no-mlflow"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "search space" in err[0], err
+    assert not ray.is_initialized()
+
+
+def test_search_spaces_inside_the_keys_ranges_pass():
+    check_mutation_keys({"lr": {"loguniform": [1e-5, 1e-2]}, "clip_param": [0.1, 0.2, 0.3],
+                         "gamma": {"uniform": [0.9, 1.0]}}, "FastPPO")
+
+
 def test_pbt_mutation_key_and_dashboard_checked_before_ray(tmp_path, capsys):
     import ray
 

@@ -59,6 +59,10 @@ def _device_ok(value: Any) -> bool:
         return False
 
 
+#: the check of every device key ('auto' or what torch.device accepts)
+DEVICE_CHECK = (_device_ok, "'auto' or a torch device string such as 'cpu', 'cuda:0'")
+
+
 class FastConfig(AlgorithmConfig):
     """Base config of every rllib_fast algorithm.
 
@@ -70,7 +74,7 @@ class FastConfig(AlgorithmConfig):
     HYPERPARAMETERS: Dict[str, Param] = {
         "num_envs": Param(64, "number of parallel envs in the tensor vector env", (int,), low=1),
         "env_device": Param("auto", "torch device of env, storage and learner; 'auto' = cuda if available",
-                            (str,), check=(_device_ok, "'auto' or a torch device string such as 'cpu', 'cuda:0'")),
+                            (str,), check=DEVICE_CHECK),
         "lr": Param(3e-4, "learning rate", low=0.0, low_open=True, live=True),
         "gamma": Param(0.99, "discount factor", low=0.0, high=1.0, live=True),
         "grad_clip": Param(None, "global gradient-norm clip (None: off)", low=0.0, low_open=True,

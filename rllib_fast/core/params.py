@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import numbers
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,18 @@ class Param:
             return None if value in self.choices else f"`{key}` = {value!r} is not allowed; allowed: {self.allowed()}"
         if not _type_ok(value, self.types):
             return (f"`{key}` = {value!r} has type {type(value).__name__}; allowed: {self.allowed()}")
-        if self.check is not None and not self.check[0](value):
-            return f"`{key}` = {value!r} is not allowed; allowed: {self.allowed()}"
+        if self.check is not None:
+            try:
+                ok = bool(self.check[0](value))
+            except Exception:  # e.g. a YAML '1e-6' read as a string inside a list of numbers
+                ok = False
+            if not ok:
+                return f"`{key}` = {value!r} is not allowed; allowed: {self.allowed()}"
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            # NaN passes every comparison below and inf every open upper bound: neither
+            # is a hyperparameter (a run would fail at build or at its first update)
+            if not math.isfinite(value):
+                return f"`{key}` = {value!r} is not a finite number; allowed: {self.allowed()}"
             if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
                 return f"`{key}` = {value!r} is out of range; allowed: {self.allowed()}"
             if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
@@ -90,6 +100,12 @@ def _type_ok(value: Any, types: Tuple[type, ...]) -> bool:
 def positive_int_list(value: Any) -> bool:
     return (isinstance(value, (list, tuple)) and len(value) > 0
             and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in value))
+
+
+def real_pair(value: Any) -> bool:
+    """Two finite real numbers (bounds, betas): YAML reads `1e-6` without a dot as a string."""
+    return (isinstance(value, (list, tuple)) and len(value) == 2
+            and all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in value))
 
 
 POSITIVE_INT_LIST = (positive_int_list, "a non-empty list of positive ints")
@@ -121,6 +137,71 @@ def apply_defaults(obj: Any, spec: Dict[str, Param]) -> None:
     """Set every declared default as a top-level attribute of ``obj``."""
     for key, p in spec.items():
         setattr(obj, key, copy.deepcopy(p.default))
+
+
+def space_probes(space: Any) -> Tuple[list, str]:
+    """(values that stand for ``space`` in validation, its description).
+
+    Why: a sweep's search spaces and PBT mutations are sampled inside the trials,
+    so an out-of-range bound (``gamma: uniform(1.5, 2)``) failed every trial with a
+    traceback. Validation checks these values instead: each choice of a list or
+    categorical, and for a numeric range the points 1% inside each end (on a log
+    scale for log samplers; an open bound at an end is fine, a range reaching
+    more than 1% beyond the allowed one is not), or a few seeded draws where a
+    distribution has no bounds. A callable has nothing to probe: ``([], ...)``.
+    """
+    if isinstance(space, (list, tuple)):
+        return list(space), repr(list(space))
+    if isinstance(space, Mapping) and set(space) == {"grid_search"}:
+        return list(space["grid_search"]), f"grid_search {list(space['grid_search'])!r}"
+    from ray.tune.search.sample import Categorical, Domain, Float, Integer
+
+    if isinstance(space, Categorical):
+        return list(space.categories), f"choice {list(space.categories)!r}"
+    if isinstance(space, (Float, Integer)):
+        lo, hi = space.lower, space.upper
+        sampler = space.get_sampler()
+        inner = getattr(sampler, "sampler", sampler)          # quantized samplers wrap another
+        log = "LogUniform" in type(inner).__name__
+        if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
+            kind = ("log" if log else "") + ("randint" if isinstance(space, Integer) else "uniform")
+            if isinstance(space, Integer):
+                return [int(lo), int(hi) - 1], f"{kind}({lo}, {hi})"   # Tune's randint excludes its upper end
+            if log and lo > 0:
+                a, b = math.log(lo), math.log(hi)
+                return [math.exp(a + 0.01 * (b - a)), math.exp(b - 0.01 * (b - a))], f"{kind}({lo}, {hi})"
+            return [lo + 0.01 * (hi - lo), hi - 0.01 * (hi - lo)], f"{kind}({lo}, {hi})"
+    if isinstance(space, Domain):
+        import numpy as np
+
+        draws = space.sample(size=8, random_state=np.random.RandomState(0))
+        return list(draws), f"{type(space).__name__} with {type(space.get_sampler()).__name__.strip('_')} sampler"
+    return [], repr(space)
+
+
+def space_error(key: str, param: "Param", space: Any) -> Optional[str]:
+    """Why the search space or mutation ``space`` of ``key`` would produce values
+    ``param`` rejects, or None (see :func:`space_probes`)."""
+    values, text = space_probes(space)
+    for v in values:
+        err = param.error(key, v.item() if hasattr(v, "item") else v)
+        if err:
+            return f"{err} (a value of `{key}`'s search space {text})"
+    return None
+
+
+def learning_starts_error(owner: str, learning_starts: int, buffer_size: int, rows: int,
+                          shown: Optional[str] = None) -> Optional[str]:
+    """Why a replay run would never learn, or None. Updates wait until the replay
+    holds ``learning_starts`` transitions, and a replay written ``rows`` at a time
+    holds at most ``buffer_size`` rounded down to a multiple of ``rows``: a larger
+    ``learning_starts`` validated, then trained nothing, silently."""
+    holds = (int(buffer_size) // max(1, rows)) * max(1, rows)
+    if learning_starts <= holds:
+        return None
+    return (f"{owner}: `learning_starts` = {shown or learning_starts} is never reached: the replay holds at most "
+            f"{holds} transitions (`buffer_size` = {buffer_size} in writes of {rows}); allowed: learning_starts "
+            f"<= {holds} or a larger buffer_size")
 
 
 def unknown_key_message(owner: str, key: str, known: Iterable[str]) -> str:

@@ -122,11 +122,30 @@ def _strip_search_space(config: Any) -> Any:
     return config
 
 
+def _check_search_spaces(cls: type, config: Mapping[str, Any]) -> None:
+    """Search spaces of declared hyperparameters produce only allowed values
+    (probed, see ``core.params.space_probes``): one line here instead of a
+    traceback in every trial."""
+    from ray.tune.search.sample import Domain
+
+    from ..core.params import space_error
+
+    if not is_fast(cls):
+        return
+    spec = cls.get_default_config().hyperparameter_spec()
+    for key, value in config.items():
+        if isinstance(value, Domain) and key in spec:
+            err = space_error(key, spec[key], value)
+            if err:
+                raise UsageError(f"{cls.__name__}: {err}")
+
+
 def validate_config(cls: type, config: Mapping[str, Any]) -> None:
     """Validate ``config`` for algorithm ``cls``: every grid_search value once;
     search-space objects are skipped. Raises :class:`UsageError`."""
     if not is_rllib(cls):
         return
+    _check_search_spaces(cls, config)
     base = _strip_search_space(copy.deepcopy(dict(config)))
     grids = _grid_points(base)
     variants = []
@@ -481,6 +500,30 @@ def check_mutation_keys(mutations: Mapping[str, Any], algo: Any) -> None:
             name = algo if isinstance(algo, str) else getattr(algo, "__name__", algo)
             raise SweepError(f"scheduler pbt: hyperparam_mutations key {key!r} is not a hyperparameter of "
                              f"{name}.{hint} Allowed: {', '.join(allowed)}")
+    _check_mutation_values(mutations, algo)
+
+
+def _check_mutation_values(mutations: Mapping[str, Any], algo: Any) -> None:
+    """The values PBT would give an rllib_fast algorithm's keys are allowed ones (lists,
+    domain forms; probed as search spaces are): a bad value otherwise fails in the trial
+    that explores it, minutes into the sweep."""
+    from ..core.algorithm import FastAlgorithm
+    from ..core.params import space_error
+    from .sweep import SweepError, to_search_space
+
+    if isinstance(algo, str):
+        try:
+            algo = resolve_algorithm(algo)
+        except UsageError:
+            return
+    if not (isinstance(algo, type) and issubclass(algo, FastAlgorithm)):
+        return
+    spec = algo.get_default_config().hyperparameter_spec()
+    for key, value in mutations.items():
+        space = list(value) if isinstance(value, (list, tuple)) else to_search_space(value, f"hyperparam_mutations.{key}")
+        err = space_error(key, spec[key], space) if key in spec and not callable(space) else None
+        if err:
+            raise SweepError(f"scheduler pbt: hyperparam_mutations: {err}")
 
 
 def load_sweeps(path: str, args, gpus_available: float = 0.0) -> list:

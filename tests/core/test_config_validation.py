@@ -143,3 +143,74 @@ def test_fasta2c_help_shows_a2c_defaults():
     assert "default=0.0007" in rows["lr"] and "default=64" in rows["num_envs"]
     assert "default='sqrt'" in rows["lr_rule"]
     assert "default=5" in rows["rollout_length"] and "default=1.0" in rows["lambda_"]
+
+
+# -- found by a review: inputs that validated, then failed deep inside or never learned ---------
+def _rejected(cfg) -> str:
+    with pytest.raises(ValueError) as e:
+        cfg.validate()
+    return _msg(e)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("key", ["lr", "gamma", "clip_param"])
+def test_non_finite_numbers_are_rejected(key, value):
+    line = _rejected(FastPPOConfig().environment("CartPole").update_from_dict({key: value}))
+    assert f"`{key}`" in line and "not a finite number" in line
+
+
+@pytest.mark.parametrize("cls_name,key,value", [
+    ("FastPPOConfig", "adaptive_lr_bounds", ["1e-6", 1e-2]),      # YAML reads 1e-6 without a dot as a string
+    ("FastAPPOConfig", "adam_betas", ["9e-1", 0.999]),
+    ("SACNConfig", "sac_log_std_bounds", ["-5", "2"]),
+    ("SACNConfig", "sac_log_std_bounds", [-5.0]),
+])
+def test_number_pairs_with_strings_or_wrong_length_name_the_key(cls_name, key, value):
+    from rllib_fast.algorithms import CONFIGS
+
+    cfg = CONFIGS[cls_name.removesuffix("Config")]().update_from_dict({key: value})
+    assert f"`{key}`" in _rejected(cfg)
+
+
+def test_learning_starts_beyond_what_the_replay_holds_is_rejected():
+    from rllib_fast.algorithms.dqn import FastDQNConfig
+    from rllib_fast.algorithms.population import PopTD3Config
+    from rllib_fast.algorithms.pql import DDPGNConfig
+
+    # a buffer not divisible by num_envs holds less than buffer_size: 1001 -> 1000 at 4 envs
+    line = _rejected(FastDQNConfig().environment("CartPole", num_envs=4).training(buffer_size=1001,
+                                                                                  learning_starts=1001))
+    assert "`learning_starts` = 1001" in line and "at most 1000" in line
+    FastDQNConfig().environment("CartPole", num_envs=4).training(buffer_size=1001, learning_starts=1000).validate()
+    # 'auto' learning_starts is the batch size
+    line = _rejected(DDPGNConfig().environment("Pendulum", num_envs=16).training(buffer_size=200, batch_size=256))
+    assert "'auto' (= batch_size 256)" in line and "at most 192" in line
+    line = _rejected(PopTD3Config().environment("Pendulum").training(buffer_size=300, learning_starts=500))
+    assert "`learning_starts` = 500" in line
+
+
+def test_cross_key_checks_of_less_travelled_configs():
+    from rllib_fast.algorithms.appo import FastAPPOConfig
+    from rllib_fast.algorithms.population import CEMRLConfig
+    from rllib_fast.algorithms.pql import PQLConfig
+
+    line = _rejected(FastAPPOConfig().environment("CartPole", num_envs=2).training(
+        num_async_learners=2, rollout_length=2, num_minibatches=4))
+    assert "`num_minibatches` = 4" in line and "num_async_learners" in line
+    line = _rejected(CEMRLConfig().environment("Pendulum").training(population_size=4, cem_num_elites=10))
+    assert "`cem_num_elites` = 10" in line and "population_size" in line
+    line = _rejected(PQLConfig().environment("Pendulum").training(v_learner_device="gpu0"))
+    assert "`v_learner_device` = 'gpu0'" in line and "torch device" in line
+
+
+def test_population_mutation_priors_outside_a_members_range_are_rejected():
+    from rllib_fast.algorithms.population import PopTD3Config
+
+    cfg = PopTD3Config().environment("Pendulum").training(
+        population_size=4, hyperparam_mutations={"actor_lr": [-1.0, 0.0]})
+    assert "`actor_lr` = -1.0 is out of range" in _rejected(cfg)
+    cfg = PopTD3Config().environment("Pendulum").training(
+        population_size=4, hyperparam_mutations={"tau": {"uniform": [1.5, 3.0]}})
+    assert "`tau`" in _rejected(cfg) and "uniform(1.5, 3.0)" in _rejected(cfg)
+    PopTD3Config().environment("Pendulum").training(      # the paper's priors (the defaults) are allowed
+        population_size=4, hyperparam_mutations={"tau": {"uniform": [0.001, 0.05]}}).validate()

@@ -6,7 +6,7 @@ multi-learner: each of ``num_async_learners`` sampler-learners steps
 """
 from __future__ import annotations
 
-from ...core.params import Param, with_defaults
+from ...core.params import Param, real_pair, with_defaults
 from ...envs.base import env_share_error
 from ..a2c.config import FastA2CConfig
 from ..ppo.config import FastPPOConfig
@@ -25,7 +25,7 @@ ASYNC_LEARNER_KEYS = {
                                   "learners are asynchronous within an iteration, the iteration boundary "
                                   "is the only barrier (consistent checkpoints and reports)", (int,), low=1),
     "adam_betas": Param([0.9, 0.999], "Adam betas of the central multi-step Adam", (list, tuple),
-                        check=(lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "[b1, b2] in [0, 1)")),
+                        check=(lambda v: real_pair(v) and all(0 <= b < 1 for b in v), "[b1, b2] in [0, 1)")),
     "adam_eps": Param(1e-5, "Adam epsilon (added to sqrt(v), as torch.optim.Adam)", low=0.0, low_open=True),
     "num_cpus_per_async_learner": Param(1.0, "CPUs each learner actor reserves (fractions allowed)",
                                         low=0.0),
@@ -65,6 +65,11 @@ class FastAPPOConfig(FastPPOConfig):
     def validate_algorithm(self) -> None:
         super().validate_algorithm()
         validate_async(self)
+        share = self.horizon() * self.num_envs // max(1, self.num_async_learners)
+        if share < self.num_minibatches:   # each sampler-learner splits its own batch
+            self._value_error(f"FastAPPOConfig: `num_minibatches` = {self.num_minibatches} exceeds each learner's "
+                              f"batch rollout_length*num_envs/num_async_learners = {share} (num_async_learners = "
+                              f"{self.num_async_learners}); allowed: num_minibatches <= {share}")
         if self.adaptive_lr_kl_target is not None:
             self._value_error("FastAPPOConfig: `adaptive_lr_kl_target` must be None (the paper removes the lr "
                               "schedule for APPO; per-learner lr adaptation would desynchronise the learners)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ...core.algorithm import FastConfig
 from ...core.compile import COMPILE
 from ...core.nets import ACTIVATIONS
-from ...core.params import POSITIVE_INT_LIST, Param, with_defaults
+from ...core.params import POSITIVE_INT_LIST, Param, learning_starts_error, with_defaults
 from .rules import RULES
 
 
@@ -94,6 +94,10 @@ class FastDQNConfig(FastConfig):
         if self.buffer_size < self.num_envs * self.n_step:
             self._value_error(f"{name}: `buffer_size` = {self.buffer_size} is too small for num_envs*n_step = "
                               f"{self.num_envs * self.n_step}; allowed: >= {self.num_envs * self.n_step}")
+        envs = max(1, self.num_envs // max(1, int(self.num_learners or 0)))   # one replay per learner
+        err = learning_starts_error(name, self.learning_starts, self.buffer_size, envs)
+        if err:
+            self._value_error(err)
 
 
 class RainbowConfig(FastDQNConfig):

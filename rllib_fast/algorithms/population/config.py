@@ -14,7 +14,7 @@ from typing import Any, Dict
 
 from ...core.algorithm import FastConfig
 from ...core.nets import ACTIVATIONS, auto_hidden_sizes
-from ...core.params import AUTO_OR_INT_LIST, Param, with_defaults
+from ...core.params import AUTO_OR_INT_LIST, Param, learning_starts_error, space_error, with_defaults
 from . import mutations as M
 
 
@@ -140,6 +140,18 @@ class PopulationConfig(FastConfig):
         if bad:
             self._value_error(f"{name}: `hyperparam_mutations` key {bad[0]!r} is not a member hyperparameter; "
                               f"allowed: {', '.join(sorted(self.MEMBER_HPARAMS))}")
+        spec = self.hyperparameter_spec()
+        try:
+            priors = self.resolved_mutations()
+        except ValueError as e:
+            self._value_error(f"{name}: `hyperparam_mutations`: {e}")
+        for key, prior in priors.items():   # what in-trial PBT may give a member must be allowed for the key
+            err = space_error(key, spec[key], prior) if key in spec and not callable(prior) else None
+            if err:
+                self._value_error(f"{name}: `hyperparam_mutations`: {err}")
+        err = learning_starts_error(name, self.learning_starts, self.buffer_size, self.num_envs_per_member)
+        if err:   # each member's share of the replay, written num_envs_per_member rows a step
+            self._value_error(err)
         if isinstance(self.pbt_interval, int) and self.pbt_replaced() == 0:
             self._value_error(f"{name}: in-trial PBT (`pbt_interval`={self.pbt_interval}) replaces no member "
                               f"(pbt_fraction={self.pbt_fraction}, population_size={self.population_size}); "
@@ -292,6 +304,9 @@ class CEMRLConfig(PopTD3Config):
         if self.pbt_interval is not None:
             self._value_error(f"{type(self).__name__}: `pbt_interval` is not used by CEM-RL (the CEM update "
                               "replaces PBT); allowed: None")
+        if self.cem_num_elites is not None and self.cem_num_elites > self.population_size:
+            self._value_error(f"{type(self).__name__}: `cem_num_elites` = {self.cem_num_elites} exceeds "
+                              f"`population_size` = {self.population_size}; allowed: 1 .. population_size or None")
 
 
 class DvDConfig(PopTD3Config):

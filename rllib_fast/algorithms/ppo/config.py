@@ -1,7 +1,7 @@
 """FastPPO hyperparameters (names follow RLlib's PPO where one exists)."""
 from __future__ import annotations
 
-from ...core.params import Param, with_defaults
+from ...core.params import Param, real_pair, with_defaults
 from ..onpolicy import OnPolicyConfig
 
 
@@ -39,7 +39,7 @@ class FastPPOConfig(OnPolicyConfig):
         "adaptive_lr_kl_target": Param(0.01, "adapt lr to keep the epoch KL near this target (None: off)",
                                        low=0.0, low_open=True, optional=True),
         "adaptive_lr_bounds": Param([1e-6, 1e-2], "min/max lr for adaptive-KL lr", (list, tuple),
-                                    check=(lambda v: len(v) == 2 and 0 < v[0] <= v[1], "[min, max] with 0 < min <= max")),
+                                    check=(lambda v: real_pair(v) and 0 < v[0] <= v[1], "[min, max] numbers, 0 < min <= max")),
     }
 
     def __init__(self, algo_class=None):

@@ -14,10 +14,10 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from ...core.algorithm import FastConfig
+from ...core.algorithm import DEVICE_CHECK, FastConfig
 from ...core.nets import ACTIVATIONS, auto_hidden_sizes
 from ...core.compile import COMPILE
-from ...core.params import AUTO_OR_INT_LIST, Param, with_defaults
+from ...core.params import AUTO_OR_INT_LIST, Param, learning_starts_error, real_pair, with_defaults
 from ...core.transition_replay import replay_bytes
 from ..asymmetric import ASYMMETRIC_CRITIC
 
@@ -87,7 +87,7 @@ class PQLFamilyConfig(FastConfig):
                                     check=(lambda v: v == "auto" or isinstance(v, (int, float)),
                                            "'auto' or a number")),
         "sac_log_std_bounds": Param([-5.0, 2.0], "SAC log-std range", (list, tuple),
-                                    check=(lambda v: len(v) == 2 and v[0] < v[1], "[low, high] with low < high")),
+                                    check=(lambda v: real_pair(v) and v[0] < v[1], "[low, high] numbers, low < high")),
         "checkpoint_replay": Param(False, "store the replay buffers in checkpoints", (bool,)),
         "compile": COMPILE,
     }
@@ -172,6 +172,11 @@ class PQLFamilyConfig(FastConfig):
             self._value_error(f"{name}: `buffer_size` = {self.buffer_size} is smaller than one write of "
                               f"`num_envs` = {self.num_envs} transitions; allowed: >= {self.num_envs}")
         if self.buffer_size != "auto":
+            starts = self.resolved_learning_starts()
+            err = learning_starts_error(name, starts, self.buffer_size, self.num_envs,
+                                        None if self.learning_starts != "auto" else f"'auto' (= batch_size {starts})")
+            if err:
+                self._value_error(err)
             spaces = _probe_spaces(self)
             if spaces is not None:
                 obs_dim, act_dim, probed_state_dim = spaces
@@ -233,8 +238,8 @@ class PQLConfig(PQLFamilyConfig):
         "backend": Param("thread", "concurrency: threads in one process sharing tensors, or Ray actors",
                          (str,), choices=("thread", "ray")),
         "v_learner_device": Param("auto", "V-learner device ('auto': env_device for threads; under Ray 'cuda' "
-                                  "when the V actor was given a GPU, else 'cpu')", (str,)),
-        "p_learner_device": Param("auto", "P-learner device (as v_learner_device)", (str,)),
+                                  "when the V actor was given a GPU, else 'cpu')", (str,), check=DEVICE_CHECK),
+        "p_learner_device": Param("auto", "P-learner device (as v_learner_device)", (str,), check=DEVICE_CHECK),
         "num_gpus_per_v_learner": Param(0.0, "Ray back-end: GPUs of the V-learner actor's bundle", low=0.0),
         "num_gpus_per_p_learner": Param(0.0, "Ray back-end: GPUs of the P-learner actor's bundle", low=0.0),
         "num_cpus_per_pql_learner": Param(1.0, "Ray back-end: CPUs of each learner actor's bundle", low=0.0),
