@@ -153,7 +153,8 @@ def export_module(module: RLModule, path: Union[str, pathlib.Path], format: str 
     """Write ``module``'s greedy policy to ``path`` (a copy on the CPU is traced)."""
     if format not in FORMATS:
         raise ExportError(f"format={format!r}; allowed: {', '.join(FORMATS)}")
-    graph = PolicyGraph(copy.deepcopy(module).cpu()).eval()
+    # parameters frozen: the traced file's actions carry no autograd history (`.numpy()` works)
+    graph = PolicyGraph(copy.deepcopy(module).cpu()).eval().requires_grad_(False)
     example = example_observations(module)
     path = str(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -43,7 +43,9 @@ def _run_onnx(path, obs):
 
 
 def _run_torchscript(path, obs):
-    return torch.jit.load(str(path))(obs)
+    actions = torch.jit.load(str(path))(obs)
+    assert not actions.requires_grad   # plain actions for inference: `.numpy()` works on them
+    return actions
 
 
 def _check(actual, expected, discrete):

@@ -58,9 +58,14 @@ def test_sanitize_key():
     assert sanitize_key("w[0]{x}=1,y@z") == "w_0__x__1_y_z"
     assert sanitize_key("a/../b") == "a/__/b"
     assert sanitize_key("x" * 300) == "x" * 250
+    # cut where a '/' or a '.' part falls at the end: still a valid name (was 'a/xxx.../')
+    for key in ("a/" + "x" * 247 + "/y", "a/" + "x" * 246 + "/./y", "a/" + "x" * 245 + "/../y"):
+        cut = sanitize_key(key)
+        assert len(cut) <= 250 and not cut.endswith("/") and not cut.split("/")[-1] in (".", ".."), cut
     from mlflow.utils.validation import _validate_metric_name
 
-    for k in ("a//b/", "/lead", "w[0]{x}=1", "a/../b", "./a", "a/./b", "ü:é"):
+    for k in ("a//b/", "/lead", "w[0]{x}=1", "a/../b", "./a", "a/./b", "ü:é", "a/" + "x" * 247 + "/y",
+              "a/" + "x" * 246 + "/./y"):
         _validate_metric_name(sanitize_key(k))  # raises if invalid
 
 

@@ -120,3 +120,20 @@ def test_variable_time_around_an_unrestorable_source_keeps_the_live_episodes(tmp
             fresh.stop()
     finally:
         algo.stop()
+
+
+def test_evaluate_checkpoint_seeds_its_episodes_from_the_seed_asked_for(tmp_path):
+    # the restore takes the checkpoint's seed; `rllib-fast evaluate --seed S` must still evaluate under S
+    from rllib_fast.tune.run import evaluate_checkpoint
+
+    algo = FastPPOConfig().environment("Pendulum", num_envs=4).training(rollout_length=8).debugging(
+        seed=5).build_algo()
+    try:
+        algo.train()
+        path = algo.save_to_path(str(tmp_path / "c"))
+    finally:
+        algo.stop()
+    ret = {s: evaluate_checkpoint(path, episodes=3, seed=s, progress=False)["episode_return_mean"]
+           for s in (None, 1, 2)}
+    assert ret[1] != ret[2] and ret[1] != ret[None]
+    assert evaluate_checkpoint(path, episodes=3, seed=1, progress=False)["episode_return_mean"] == ret[1]

@@ -81,10 +81,9 @@ def sanitize_key(key: str) -> str:
     rejects names that change under path normalisation (``a//b``, ``./a``,
     ``../a``, trailing ``/``). Other characters become ``_``.
     """
-    key = _BAD_CHARS.sub("_", str(key))
+    key = _BAD_CHARS.sub("_", str(key))[:_MAX_KEY]   # cut first: a cut can leave a trailing '/' or '.'
     parts = [p if p not in (".", "..") else p.replace(".", "_") for p in key.split("/") if p]
-    key = "/".join(parts) or "_"
-    return key[:_MAX_KEY]
+    return "/".join(parts) or "_"
 
 
 def default_tracking_uri(directory: Optional[str] = None) -> str:
@@ -380,7 +379,11 @@ class MLflowRecorder(LoggerCallback):
         values = select_metrics(result, self.metric_keys, self.metric_prefixes, self.exclude)
         metrics = [Metric(k, v, now, step) for k, v in sorted(values.items())]
         for chunk in _chunks(metrics, _METRICS_PER_BATCH):
-            self.client.log_batch(run_id, metrics=chunk)
+            try:
+                self.client.log_batch(run_id, metrics=chunk)
+            except Exception as err:  # noqa: BLE001 - a recording failure must not end the experiment
+                logger.warning("MLflow: metrics of trial %s at step %s not recorded: %s", trial.trial_id, step,
+                               str(err).splitlines()[0] if str(err) else type(err).__name__)
 
     def log_trial_save(self, trial) -> None:
         path = self._checkpoint_dir(trial)

@@ -273,6 +273,8 @@ def evaluate_checkpoint(path: str, episodes: int, explore: bool = False, seed: O
                 algo.restore_from_path(ckpt)
         except ValueError as err:  # CheckpointReadError / CheckpointMismatchError: one line each
             raise UsageError(one_line(err)) from None
+        if seed is not None and is_fast(cls):
+            algo.seed = int(seed)   # the restore took the checkpoint's seed; evaluation seeds from this one
         if progress and is_fast(cls):
             bar = _episode_bar(episodes)
             algo.evaluation_progress = lambda done, total: bar.update(done - bar.n)
