@@ -183,6 +183,27 @@ def test_recorder_without_tune_failed_status_and_batching(tmp_path):
     assert plots == {"plots/learning_curve.png"}
 
 
+def test_a_refused_metrics_batch_is_a_warning_not_the_end_of_the_experiment(tmp_path, caplog):
+    # a run deleted under the recorder (or any store error) makes log_batch raise: the
+    # trial's other hooks and the experiment go on
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    rec = MLflowRecorder(uri)
+    rec.setup()
+    t = _FakeTrial("gone1", {"env": "CartPole", "lr": 1e-3})
+    rec.log_trial_start(t)
+    rec.log_trial_result(1, t, {"training_iteration": 1, "num_env_steps_sampled_lifetime": 100,
+                                "env_runners": {"episode_return_mean": 1.0}})
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("fake-exp").experiment_id])
+    client.delete_run(run.info.run_id)
+    with caplog.at_level("WARNING", logger="rllib_fast.tune.mlflow"):
+        rec.log_trial_result(2, t, {"training_iteration": 2, "num_env_steps_sampled_lifetime": 200,
+                                    "env_runners": {"episode_return_mean": 2.0}})
+    assert any("not recorded" in r.getMessage() for r in caplog.records)
+
+
 def test_redone_iterations_logged_once_after_recover_and_resume(tmp_path):
     """A trial restarted from its checkpoint redoes iterations: after on_trial_recover (same
     driver) and for a run found again by a new driver (sweep --resume), each step is logged
