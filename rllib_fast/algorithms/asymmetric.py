@@ -32,6 +32,7 @@ from typing import Any, Optional
 import torch
 
 from ..core.params import Param
+from ..envs.probe import states_error
 
 ASYMMETRIC_CRITIC = Param(
     "auto", "critic input: 'auto' = the source's privileged states when it has them (asymmetric "
@@ -49,9 +50,9 @@ def state_dim(config: Any, env: Any, algo_name: str) -> Optional[int]:
     if mode is False:
         return None
     if space is None:
-        if mode is True:
-            raise ValueError(f"{algo_name}: `asymmetric_critic` = True but env {config.env!r} exposes no critic "
-                             f"states (its single_state_space is None); allowed: 'auto' or False for this env")
+        err = states_error(algo_name, mode, space, config.env)
+        if err:
+            raise ValueError(err)
         return None
     return int(math.prod(space.shape))
 

@@ -41,6 +41,7 @@ from ray.tune.registry import ENV_CREATOR, _global_registry
 
 from ..envs import registry as env_registry
 from ..envs.base import TensorVecEnv, env_share, env_share_error, validate_env
+from ..envs.probe import action_space_error, probe_spaces, states_error
 from .guard import UpdateGuard
 from .metrics import EpisodeTracker
 from .params import Param, apply_defaults, unknown_key_message
@@ -208,6 +209,25 @@ class FastConfig(AlgorithmConfig):
             self._value_error(f"{name}: `evaluation_duration_unit` = {self.evaluation_duration_unit!r} "
                               "is not supported; allowed: 'episodes'")
         self.validate_algorithm()
+        self._validate_against_env()
+
+    def _validate_against_env(self) -> None:
+        """What the algorithm needs of its env's spaces (its ``ACTION_SPACE``, critic
+        states for ``asymmetric_critic=True``), checked here when the spaces are
+        cheap to know (``envs.probe``); otherwise the build checks the same."""
+        algo = self.algo_class
+        required = getattr(algo, "ACTION_SPACE", None)
+        asymmetric = getattr(self, "asymmetric_critic", None)
+        if required is None and asymmetric is not True:
+            return
+        spaces = probe_spaces(self.env, self.env_config)
+        if spaces is None:
+            return
+        owner = getattr(algo, "__name__", type(self).__name__)
+        for err in (action_space_error(owner, required, spaces.action, self.env) if required else None,
+                    states_error(type(self).__name__, asymmetric, spaces.state, self.env)):
+            if err:
+                self._value_error(err)
 
     def reject(self, message: str) -> None:
         """Fail validation with one line naming the key and the allowed values
@@ -284,6 +304,9 @@ class FastAlgorithm(Algorithm):
 
     # Whether `num_learners > 1` (synchronous data-parallel learners) is implemented.
     SUPPORTS_DATA_PARALLEL = False
+    #: the action spaces the algorithm acts in: None (any), or one of
+    #: ``envs.probe.ACTION_SPACE_KINDS`` ('discrete', 'continuous', 'bounded continuous')
+    ACTION_SPACE: Optional[str] = None
     # Config keys a checkpoint must match before anything is loaded (they shape the env
     # state and storages; a mismatch found later would leave a half-restored algorithm).
     LAYOUT_KEYS: tuple = ("num_envs",)
@@ -316,6 +339,10 @@ class FastAlgorithm(Algorithm):
         self.world_size = max(1, cfg.num_learners)
         local_envs = self.local_num_envs()
         self.env = self.make_env(local_envs, self.seed)
+        if self.ACTION_SPACE is not None:   # validation checked it already where the spaces were cheap to know
+            err = action_space_error(type(self).__name__, self.ACTION_SPACE, self.env.single_action_space, cfg.env)
+            if err:
+                raise TypeError(err)
         if getattr(cfg, "compile", False):   # the env's part of the hot path (built-in torch tasks)
             self.env.compile_step(cfg.compile, getattr(cfg, "compile_backend", None))
         if cfg.validate_env_on_setup:

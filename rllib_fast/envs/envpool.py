@@ -141,4 +141,4 @@ def make_envpool(task_id: str, num_envs: int = 1, device: Any = "cpu", seed: Opt
     return EnvPoolVecEnv(task_id, num_envs=num_envs, device=device, seed=seed, **make_kwargs)
 
 
-register_prefix("envpool", make_envpool)
+register_prefix("envpool", make_envpool, probe=False)   # a simulator: not started for config checks

@@ -396,4 +396,4 @@ def _register(env: IsaacGymVecEnv, one_sim: bool) -> IsaacGymVecEnv:
     return env
 
 
-register_prefix("isaacgym", make_isaacgym)
+register_prefix("isaacgym", make_isaacgym, probe=False)   # a simulator: not started for config checks

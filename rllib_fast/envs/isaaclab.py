@@ -325,4 +325,4 @@ def make_isaaclab(task_id: str, num_envs: int = 1, device: Any = "cpu", seed: Op
                           clip_actions=clip_actions)
 
 
-register_prefix("isaaclab", make_isaaclab)
+register_prefix("isaaclab", make_isaaclab, probe=False)   # a simulator: not started for config checks

@@ -182,4 +182,4 @@ def rsl_rl_obs_normalization(rl_cfg: Any) -> Optional[bool]:
     return None if value is None else bool(value)
 
 
-register_prefix("mjlab", make_mjlab)
+register_prefix("mjlab", make_mjlab, probe=False)   # a simulator: not started for config checks

@@ -32,6 +32,7 @@ EnvCreator = Callable[..., TensorVecEnv]
 
 _CREATORS: Dict[str, EnvCreator] = {}
 _PREFIXES: Dict[str, EnvCreator] = {}
+_NOT_PROBED: set = set()   # prefixes of simulators: never started only to read their spaces
 # keys of env_config that are not task kwargs
 _RESERVED = ("num_envs", "device", "seed")
 
@@ -45,9 +46,18 @@ def register(name: str, creator: EnvCreator) -> None:
     _CREATORS[name] = creator
 
 
-def register_prefix(prefix: str, creator: EnvCreator) -> None:
-    """Register a source for ``<prefix>:<id>`` names; creator gets ``id`` first."""
+def register_prefix(prefix: str, creator: EnvCreator, probe: bool = True) -> None:
+    """Register a source for ``<prefix>:<id>`` names; creator gets ``id`` first.
+    ``probe=False``: a simulator, too costly to start for a config check
+    (:mod:`rllib_fast.envs.probe`)."""
     _PREFIXES[prefix] = creator
+    if not probe:
+        _NOT_PROBED.add(prefix)
+
+
+def can_probe(name: str) -> bool:
+    """Whether validation may build a 1-env instance of ``name`` to read its spaces."""
+    return is_known(name) and name.partition(":")[0] not in _NOT_PROBED
 
 
 def list_envs() -> List[str]:

@@ -169,8 +169,14 @@ def test_image_env_with_mlp_trunk_fails_at_validation():
 
 
 def test_continuous_action_env_is_rejected_clearly():
+    # a source that is cheap to build: at validation, before Ray or Tune start anything
+    with pytest.raises(ValueError, match="needs a Discrete action space; env 'Pendulum' has Box"):
+        FastDQNConfig().environment("Pendulum", num_envs=2).validate()
+    # a source validation does not build (a callable, a simulator): the same message at build
+    from rllib_fast.envs import registry
+
     with pytest.raises(TypeError, match="needs a Discrete action space"):
-        FastDQNConfig().environment("Pendulum", num_envs=2).build_algo()
+        FastDQNConfig().environment(lambda ctx: registry.make_from_context("Pendulum", ctx), num_envs=2).build_algo()
 
 
 def test_greedy_evaluation_and_noisy_eval_mode():

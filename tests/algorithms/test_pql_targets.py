@@ -158,13 +158,14 @@ def test_noise_decay_needs_fixed_noise():
 
 
 def test_discrete_env_is_rejected():
-    with pytest.raises(TypeError, match="continuous"):
-        DDPGNConfig().environment("CartPole", num_envs=2).training(buffer_size=100).build_algo()
+    with pytest.raises(ValueError, match="continuous"):   # CartPole is probed at validation
+        DDPGNConfig().environment("CartPole", num_envs=2).training(buffer_size=1000).build_algo()
 
 
 def test_replay_size_check_counts_states_and_skips_an_absent_gpu():
-    """The config-time replay check counts the asymmetric critic's states (and not
-    when ``asymmetric_critic=False``), and a CUDA placement validated on a machine
+    """The replay check counts the asymmetric critic's states (and not when
+    ``asymmetric_critic=False``); a simulator source is not started for a config
+    check, so it happens at build there. A CUDA placement validated on a machine
     without CUDA (a GPU experiment file checked on a laptop) is not an error: the
     GPU's free memory is read where the run happens."""
     env = ("isaacgym:PointReach", {"task_class": "rllib_fast.envs.standins.vectask:PointReachTask",
@@ -173,9 +174,10 @@ def test_replay_size_check_counts_states_and_skips_an_absent_gpu():
     cap = 1000 * 100
     cfg = PQLConfig().environment(env[0], env_config=env[1], num_envs=4).training(
         buffer_size=1000, max_replay_bytes=cap)
+    cfg.validate()    # the Isaac Gym source is not built to know its spaces
     with pytest.raises(ValueError, match=r"buffer_size.*needs 186000 bytes.*allowed: buffer_size <= 537"):
-        cfg.validate()
-    cfg.training(asymmetric_critic=False).validate()  # 90 kB fits
+        cfg.build_algo()
+    cfg.training(asymmetric_critic=False).build_algo().stop()  # 90 kB fits
     if not torch.cuda.is_available():
         PQLConfig().environment("Pendulum", env_device="cuda").training(buffer_size=10 ** 6).validate()
         assert PQLConfig().environment("Pendulum", env_device="cuda").resolved_max_replay_bytes() is None

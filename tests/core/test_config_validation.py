@@ -214,3 +214,24 @@ def test_population_mutation_priors_outside_a_members_range_are_rejected():
     assert "`tau`" in _rejected(cfg) and "uniform(1.5, 3.0)" in _rejected(cfg)
     PopTD3Config().environment("Pendulum").training(      # the paper's priors (the defaults) are allowed
         population_size=4, hyperparam_mutations={"tau": {"uniform": [0.001, 0.05]}}).validate()
+
+
+def test_env_space_checks_at_validation_probe_only_cheap_sources():
+    from rllib_fast.algorithms.dqn import FastDQNConfig
+    from rllib_fast.algorithms.population import PopTD3Config
+    from rllib_fast.algorithms.pql import DDPGNConfig, SACNConfig
+    from rllib_fast.envs import registry
+    from rllib_fast.envs.probe import probe_spaces
+
+    assert "needs a continuous (Box) action space" in _rejected(SACNConfig().environment("CartPole"))
+    assert "needs a continuous (Box) action space" in _rejected(PopTD3Config().environment("CartPole"))
+    assert "needs a Discrete action space" in _rejected(FastDQNConfig().environment("gym:Pendulum-v1"))
+    # simulators are never started for a check (Isaac Sim would launch in the driver)
+    for name in ("mjlab:Mjlab-Cartpole-Balance", "isaaclab:Isaac-Ant-Direct-v0", "isaacgym:Ant", "envpool:Ant-v4"):
+        assert registry.is_known(name) and not registry.can_probe(name) and probe_spaces(name) is None
+    # ... their configs are checked when the algorithm builds them, with the same words
+    cfg = DDPGNConfig().environment(lambda ctx: registry.make_from_context("Pendulum", ctx), num_envs=4).training(
+        buffer_size=10 ** 9, max_replay_bytes=10 ** 6)
+    cfg.validate()                                   # a callable is not probed either
+    with pytest.raises(ValueError, match="more than `max_replay_bytes`"):
+        cfg.build_algo()

@@ -26,6 +26,7 @@ from .rules import apply_rule, resolve_rule
 
 
 class FastDQN(FastAlgorithm):
+    ACTION_SPACE = "discrete"
     @classmethod
     def get_default_config(cls) -> FastDQNConfig:
         return FastDQNConfig()
@@ -33,9 +34,6 @@ class FastDQN(FastAlgorithm):
     # -- construction ----------------------------------------------------------------
     def build(self) -> None:
         cfg, env = self.config, self.env
-        if not env.is_discrete:
-            raise TypeError(f"{type(self).__name__} needs a Discrete action space; "
-                            f"env {cfg.env!r} has {env.single_action_space}")
         self.num_actions = int(env.single_action_space.n)
         self.module = QNetwork(env.obs_shape, self.num_actions, trunk=cfg.trunk, hidden_sizes=tuple(cfg.hidden_sizes),
                                activation=cfg.activation, dueling=cfg.dueling, num_atoms=cfg.num_atoms,

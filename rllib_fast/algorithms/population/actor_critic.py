@@ -29,14 +29,12 @@ from .replay import MemberReplay
 
 
 class PopActorCritic(PopulationAlgorithm):
+    ACTION_SPACE = "continuous"
     shared_critic = False
 
     # -- construction --------------------------------------------------------------------------
     def build_learner(self) -> None:
         cfg, env = self.config, self.env
-        if env.is_discrete:
-            raise TypeError(f"{type(self).__name__} needs a continuous (Box) action space; env {cfg.env!r} has "
-                            f"{env.single_action_space}")
         space = env.single_action_space
         self.act_dim = int(space.shape[0])
         low = torch.as_tensor(space.low, dtype=torch.float32, device=self.device)

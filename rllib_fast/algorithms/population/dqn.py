@@ -53,14 +53,13 @@ class StackedQNet(nn.Module):
 
 
 class PopDQN(PopulationAlgorithm):
+    ACTION_SPACE = "discrete"
     @classmethod
     def get_default_config(cls) -> PopDQNConfig:
         return PopDQNConfig()
 
     def build_learner(self) -> None:
         cfg, env = self.config, self.env
-        if not env.is_discrete:
-            raise TypeError(f"PopDQN needs a Discrete action space; env {cfg.env!r} has {env.single_action_space}")
         self.num_actions = int(env.single_action_space.n)
         self.q = StackedQNet(self.K, env.obs_shape, self.num_actions, self.hidden_sizes, cfg.activation,
                              self.device)

@@ -32,22 +32,21 @@ from .nets import load_snapshot, snapshot
 
 
 class _PQLFamily(FastAlgorithm):
+    ACTION_SPACE = "bounded continuous"
     RESUME_EXACT = True
 
     # -- construction ----------------------------------------------------------------
     def build(self) -> None:
         cfg, env = self.config, self.env
-        if env.is_discrete:
-            raise TypeError(f"{type(self).__name__} needs a continuous (Box) action space; env {cfg.env!r} has "
-                            f"{env.single_action_space}")
         space = env.single_action_space
-        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-            raise TypeError(f"{type(self).__name__} needs a bounded action space; env {cfg.env!r} has {space}")
         # asymmetric actor-critic: the critics read the source's states, the policy the observation
         self.dims = Dims(int(np.prod(env.obs_shape)), int(np.prod(space.shape)),
                          state_dim(cfg, env, type(self).__name__))
         self.states = current_states(env) if self.dims.state_dim is not None else None
         self.live = LiveParams.from_config(cfg, self.configured_lr())
+        err = cfg.replay_bytes_error(self.dims.obs_dim, self.dims.act_dim, self.dims.state_dim)
+        if err:   # validation checks this only where the env's spaces were cheap to know
+            raise ValueError(err)
         self.capacity = cfg.resolved_buffer_size(self.dims.obs_dim, self.dims.act_dim, self.dims.state_dim)
         self.learning_starts = cfg.resolved_learning_starts()
         self.actor = ActorRole(cfg, self.dims, env.num_envs, self.device, space.low, space.high)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional, Tuple
 
+import numpy as np
 import torch
 
 from ...core.algorithm import DEVICE_CHECK, FastConfig
@@ -19,6 +20,7 @@ from ...core.nets import ACTIVATIONS, auto_hidden_sizes
 from ...core.compile import COMPILE
 from ...core.params import AUTO_OR_INT_LIST, Param, learning_starts_error, real_pair, with_defaults
 from ...core.transition_replay import replay_bytes
+from ...envs.probe import probe_spaces
 from ..asymmetric import ASYMMETRIC_CRITIC
 
 
@@ -177,57 +179,34 @@ class PQLFamilyConfig(FastConfig):
                                         None if self.learning_starts != "auto" else f"'auto' (= batch_size {starts})")
             if err:
                 self._value_error(err)
-            spaces = _probe_spaces(self)
+            spaces = probe_spaces(self.env, self.env_config)
             if spaces is not None:
-                obs_dim, act_dim, probed_state_dim = spaces
-                state_dim = None if self.asymmetric_critic is False else probed_state_dim
-                per = self.bytes_per_transition(obs_dim, act_dim, state_dim)
-                need = self.buffer_size * per
-                cap = self.resolved_max_replay_bytes()
-                if cap is not None and need > cap:
-                    self._value_error(
-                        f"{name}: `buffer_size` = {self.buffer_size} needs {need} bytes of replay "
-                        f"({need / 2**30:.2f} GiB) on {self.resolved_device()}, more than `max_replay_bytes` = "
-                        f"{cap}; allowed: buffer_size <= {cap // per}")
+                state = None if self.asymmetric_critic is False else spaces.state
+                err = self.replay_bytes_error(_flat(spaces.observation), _flat(spaces.action), _flat(state))
+                if err:
+                    self._value_error(err)
+
+    def replay_bytes_error(self, obs_dim: int, act_dim: int, state_dim: Optional[int]) -> Optional[str]:
+        """Why an explicit ``buffer_size`` does not fit ``max_replay_bytes``, or None.
+        Checked at validation where the env's spaces are cheap to know, and when the
+        algorithm builds its replays (simulator sources)."""
+        if self.buffer_size == "auto":
+            return None
+        cap = self.resolved_max_replay_bytes()
+        per = self.bytes_per_transition(obs_dim, act_dim, state_dim)
+        need = self.buffer_size * per
+        if cap is None or need <= cap:
+            return None
+        return (f"{type(self).__name__}: `buffer_size` = {self.buffer_size} needs {need} bytes of replay "
+                f"({need / 2**30:.2f} GiB) on {self.resolved_device()}, more than `max_replay_bytes` = "
+                f"{cap}; allowed: buffer_size <= {cap // per}")
 
 
-def _probe_spaces(cfg) -> Optional[Tuple[int, int, Optional[int]]]:
-    """(obs_dim, act_dim, state_dim or None) of the configured env, from a 1-env CPU instance
-    (cached per env name/config); None when the env cannot be probed cheaply."""
-    env = cfg.env
-    if not isinstance(env, str):
+def _flat(space) -> Optional[int]:
+    """Flat width of a Box space (1 for a space without a shape), None for None."""
+    if space is None:
         return None
-    try:
-        key = (env, repr(sorted((cfg.env_config or {}).items())))
-    except TypeError:
-        return None
-    if key not in _PROBED:
-        _PROBED[key] = _probe(env, dict(cfg.env_config or {}))
-    return _PROBED[key]
-
-
-_PROBED: Dict[tuple, Optional[Tuple[int, int, Optional[int]]]] = {}
-
-
-def _probe(env: str, env_config: dict) -> Optional[Tuple[int, int, Optional[int]]]:
-    import numpy as np
-
-    from ...envs import registry as env_registry
-
-    if not env_registry.is_known(env):
-        return None
-    try:
-        inst = env_registry.make_from_context(env, {**env_config, "num_envs": 1, "device": "cpu", "seed": 0})
-    except Exception:  # noqa: BLE001 - validation must not fail because probing failed
-        return None
-    try:
-        obs = int(np.prod(inst.single_observation_space.shape))
-        act = int(np.prod(getattr(inst.single_action_space, "shape", ()) or (1,)))
-        state_space = getattr(inst, "single_state_space", None)
-        states = int(np.prod(state_space.shape)) if state_space is not None else None
-    finally:
-        inst.close()
-    return obs, act, states
+    return int(np.prod(getattr(space, "shape", ()) or (1,)))
 
 
 class PQLConfig(PQLFamilyConfig):
