@@ -94,6 +94,13 @@ def _guarded(algo) -> Dict[str, Any]:
     return hook() if hook is not None else algo.stateful_components()
 
 
+def rollback_to(algo, snapshot: Optional[Dict[str, Any]]) -> None:
+    """Load a :meth:`UpdateGuard.snapshot` back into ``algo``."""
+    for k, v in _guarded(algo).items():
+        if snapshot and k in snapshot:
+            v.load_state_dict(snapshot[k])
+
+
 class UpdateGuard:
     """Per-iteration check; see the module docstring."""
 
@@ -141,9 +148,10 @@ class UpdateGuard:
                 raise NonFiniteUpdateError(
                     f"{name}: {problem} at training iteration {iteration}; stopping the trial so the last good "
                     "checkpoint stays intact (config nonfinite_guard='skip' discards bad updates instead)")
-            for k, v in _guarded(algo).items():
-                if k in snapshot:
-                    v.load_state_dict(snapshot[k])
+            rollback_to(algo, snapshot)
+            group = getattr(algo, "_dp_group", None)
+            if group is not None:   # data-parallel learners took the same update: all discard it
+                group.rollback()
             skipped += 1
             algo.nonfinite_skipped_updates = skipped
             logger.warning("%s: %s at iteration %d; update skipped (nonfinite_guard='skip')", name, problem, iteration)

@@ -27,6 +27,7 @@ from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISO
                                      EPISODE_RETURN_MIN, NUM_EPISODES, NUM_EPISODES_LIFETIME)
 
 from .distributed import DistributedContext, free_port
+from .guard import UpdateGuard, rollback_to
 from .learner_actor import LearnerActor, close_actors
 from .seeding import LEARNER, derive_seed
 
@@ -112,9 +113,16 @@ class RemoteLearner(LearnerActor):
 
     def train_step(self) -> Dict[str, float]:
         algo = self.algo
+        # nonfinite_guard='skip': this learner's state before the step, for rollback()
+        self._guard_snapshot = UpdateGuard.from_config(algo.config).snapshot(algo)
         algo.training_step()
         algo.metrics.reduce()  # nobody reads a remote learner's metrics; keep them from accumulating
         return episode_report(algo.tracker)
+
+    def rollback(self) -> bool:
+        """Discard the last step (the driver's guard skipped it): learners stay identical."""
+        rollback_to(self.algo, self._guard_snapshot)
+        return True
 
     def parameter_vector(self) -> torch.Tensor:
         return torch.cat([t.detach().reshape(-1).double().cpu() for t in module_tensors(self.algo.module)])
@@ -150,6 +158,9 @@ class DataParallelGroup:
 
     def set_states(self, states: List[Dict[str, Any]]) -> None:
         ray.get([w.set_state.remote(s) for w, s in zip(self.remotes, states)])
+
+    def rollback(self) -> None:
+        ray.get([w.rollback.remote() for w in self.remotes])
 
     def parameter_vectors(self) -> List[torch.Tensor]:
         return ray.get([w.parameter_vector.remote() for w in self.remotes])

@@ -80,6 +80,9 @@ def test_config_validation_names_the_keys():
         FastA3CConfig().training(optimizer="rmsprop").validate()
     with pytest.raises(ValueError, match="`num_learners` = 2 is not supported by FastAPPO"):
         FastAPPOConfig().learners(num_learners=2).validate()
+    # the learners apply their updates to the central store before the driver sees them
+    with pytest.raises(ValueError, match="`nonfinite_guard` = 'skip' cannot discard"):
+        FastA3CConfig().training(nonfinite_guard="skip").validate()
 
 
 def test_paper_defaults_and_resource_bundles():
@@ -161,3 +164,24 @@ def test_fast_a3c_improves_on_cartpole(ray_session):
             break
     algo.stop()
     assert max(returns) >= 150 and max(returns) > 3 * returns[0], returns
+
+
+def test_learners_report_losses_and_count_what_they_trained_on(ray_session):
+    # num_envs is the total over learners: total_batch_size / num_envs is each learner's
+    # horizon (it was num_async_learners x longer); the learners' losses reach the result
+    # (Ray 2.60's reduce returned Stats objects, filtered out); decorrelation steps are
+    # sampled, not trained on
+    cfg = (FastA3CConfig().environment("CartPole", num_envs=8)
+           .training(num_async_learners=2, total_batch_size=64, decorrelate_steps=50).debugging(seed=0))
+    algo = cfg.build_algo()
+    try:
+        horizons = ray.get([w.__ray_call__.remote(lambda a: a.algo.horizon) for w in algo._learners])
+        assert horizons == [8, 8]
+        r = algo.train()
+        learner = r["learners"]["default_policy"]
+        assert {"policy_loss", "vf_loss", "entropy"} <= set(learner), sorted(learner)
+        trained = r["learners"]["__all_modules__"]["num_env_steps_trained"]
+        assert trained == 64 * cfg.cycles_per_iteration
+        assert r["num_env_steps_sampled_lifetime"] > trained         # decorrelation came first
+    finally:
+        algo.stop()

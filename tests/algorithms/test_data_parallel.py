@@ -251,3 +251,21 @@ def test_num_minibatches_is_checked_against_each_learners_batch():
     with pytest.raises(ValueError, match=r"`num_minibatches` = 16 exceeds each learner's batch .* = 8; "
                                          r"allowed: <= 8"):
         cfg.validate()
+
+
+def test_a_skipped_update_is_discarded_by_every_learner():
+    # nonfinite_guard='skip' rolled back learner 0 only: learner 1 kept the update and the
+    # group applied the same averaged gradients to different parameters from then on
+    cfg = (FastPPOConfig().environment("CartPole", num_envs=8)
+           .training(rollout_length=8, num_minibatches=2, num_epochs=1,
+                     nonfinite_guard="skip", nonfinite_guard_max_abs=1e-9)   # every loss "explodes"
+           .learners(num_learners=2, num_cpus_per_learner=0).debugging(seed=0))
+    algo = cfg.build_algo()
+    try:
+        before = _vector(algo)
+        r = algo.train()
+        assert r["guard"]["skipped_updates"] == 1
+        assert torch.equal(_vector(algo), before)                        # learner 0 rolled back
+        assert torch.equal(algo._dp_group.parameter_vectors()[0], before)  # ... and learner 1 with it
+    finally:
+        algo.stop()

@@ -487,3 +487,42 @@ def test_population_modules_import_no_private_names_and_sac_builds_only_its_own_
     assert PopActorCritic in PopSAC.__bases__ and not issubclass(PopSAC, PopTD3)
     algo = tiny(PopSACConfig).build_algo()
     assert not hasattr(algo, "actor_t") and algo.actor.layers[-1].out_features == 2 * algo.act_dim
+
+
+# -- found by a review ------------------------------------------------------------------------
+def test_an_exploited_members_running_episodes_do_not_count_towards_its_fitness():
+    from rllib_fast.algorithms.population.tracking import MemberReturns
+
+    t = MemberReturns(2, 2, "cpu", window=4)
+    ones, no = torch.ones(4), torch.zeros(4, dtype=torch.bool)
+    for _ in range(3):
+        t.update(ones * -10.0, no)                      # the losing policy's first 3 steps
+    t.reset_members(torch.tensor([0]), discard_in_flight=True)   # exploit: member 0 replaced
+    t.update(ones, torch.tensor([True, False, True, True]))      # member 0's env 0 ends (old episode)
+    assert t.filled.tolist() == [0, 2] and t.episodes.tolist() == [1, 2]   # counted, not recorded
+    t.update(ones, torch.tensor([False, True, False, False]))    # member 0's env 1 ends (old episode)
+    assert t.filled.tolist() == [0, 2]
+    t.update(ones * 2.0, torch.tensor([True, False, False, False]))  # env 0: an episode of the new policy
+    assert t.filled.tolist() == [1, 2] and float(t.fitness()[0]) == 3.0  # 1 + 2, none of the old -10s
+    state = t.in_flight()
+    assert "discard" in state and not state["discard"].any()
+
+
+def test_pbt_perturbs_an_integer_hyperparameter_as_an_int():
+    # policy_delay's prior is randint: x1.2 twice from 2 is int(round(2.4)) = 2 each time (Tune's
+    # rule), not the float 2.4 -> 2.88 that the update then rounded to a delay of 3
+    algo = tiny(population_size=2, pbt_interval=10, pbt_init="config", policy_delay=2, learning_starts=0,
+                pbt_resample_probability=0.0, pbt_perturbation_factors=[1.2],
+                hyperparam_mutations={"policy_delay": {"randint": [1, 6]}}).build_algo()
+    try:
+        algo.train()
+        for _ in range(2):
+            algo.returns.ring[:, 0] = torch.tensor([-5.0, -1.0], dtype=torch.float64)
+            algo.returns.filled.fill_(1)
+            info = algo.pbt_round()                     # member 0 (worst) <- member 1, then x1.2
+            m = info["replaced"][0]
+            assert float(algo.hp["policy_delay"][m]) == 2.0
+            algo.hp["policy_delay"][1] = algo.hp["policy_delay"][m]
+    finally:
+        algo.stop()
+    assert M.integer_prior([1, 2, 3]) and not M.integer_prior([0.5, 1.0]) and not M.integer_prior([True])

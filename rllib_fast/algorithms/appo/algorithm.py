@@ -101,7 +101,7 @@ class AsyncDriver(OnPolicyAlgorithm):
         self._pull_central(outs[0]["buffers"])
         n = int(sum(o["env_steps"] for o in outs))
         self.log_env_steps(n)
-        self.log_trained_steps(n)
+        self.log_trained_steps(int(sum(o["trained_steps"] for o in outs)))
         # the learners' episode windows as one population (as the data-parallel group logs them)
         log_learner_episodes(self.metrics, [{**o["episodes"], "episodes_in_window": o["episodes_in_window"],
                                              NUM_EPISODES: o["num_episodes"]} for o in outs])

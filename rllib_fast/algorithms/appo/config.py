@@ -43,6 +43,12 @@ def validate_async(cfg) -> None:
     if cfg.num_learners > 1:
         cfg.reject(f"{name}: `num_learners` = {cfg.num_learners} (synchronous data-parallel "
                    "learners) is not supported here; allowed: 0 or 1 — use `num_async_learners`")
+    if cfg.nonfinite_guard == "skip":
+        # the learners have written their updates to the central store by the time the
+        # driver sees the iteration's losses: rolling back the driver alone discards nothing
+        cfg.reject(f"{name}: `nonfinite_guard` = 'skip' cannot discard an update asynchronous learners have "
+                   "already applied to the central store; allowed: 'stop' (the last good checkpoint stays "
+                   "intact) or 'off'")
 
 
 class FastAPPOConfig(FastPPOConfig):

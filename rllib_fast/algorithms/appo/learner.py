@@ -19,7 +19,8 @@ from typing import Any, Dict
 from ray.rllib.core import DEFAULT_MODULE_ID
 import ray
 import torch
-from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED, NUM_EPISODES
+from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED,
+                                     NUM_ENV_STEPS_TRAINED, NUM_EPISODES)
 
 from ...core.async_adam import MultiStepAdam
 from ...core.learner_actor import LearnerActor
@@ -132,6 +133,9 @@ class AsyncLearnerActor(LearnerActor):
     def __init__(self, learner_cls, config_state: Dict[str, Any], driver_cls, rank: int, store_handle):
         super().__init__(driver_cls, config_state)
         cfg = self.config.copy(copy_frozen=False)
+        # the horizon is the trial's (total_batch_size / the total num_envs): fixed before
+        # num_envs becomes this learner's share, which would make it num_async_learners x longer
+        cfg.rollout_length, cfg.total_batch_size = self.config.horizon(), None
         cfg.num_envs = env_share(cfg.num_envs, cfg.num_async_learners, "num_async_learners", driver_cls.__name__)
         cfg.num_async_learners = 1  # this learner's own view: it steps its share alone
         cfg.seed = derive_seed(cfg.seed if cfg.seed is not None else 0, ASYNC_LEARNER, rank)
@@ -147,13 +151,16 @@ class AsyncLearnerActor(LearnerActor):
         algo = self.algo
         for _ in range(cycles):
             algo.training_step()
-        results = algo.metrics.reduce()
+        results = algo.metrics.reduce(compile=True)   # numbers (without compile: Stats objects)
         learner = {k: float(v) for k, v in results.get(LEARNER_RESULTS, {}).get(DEFAULT_MODULE_ID, {}).items()
                    if isinstance(v, (int, float)) or (torch.is_tensor(v) and v.numel() == 1)}
+        trained = results.get(LEARNER_RESULTS, {}).get(ALL_MODULES, {}).get(NUM_ENV_STEPS_TRAINED, 0)
         summary = {k: float(v) for k, v in algo.tracker.summary().items()}
         out = {
             # sampled since the last report (start-state decorrelation included in the first)
             "env_steps": int(results.get(ENV_RUNNER_RESULTS, {}).get(NUM_ENV_STEPS_SAMPLED, 0)),
+            # trained on since the last report (the decorrelation steps are sampled, not trained on)
+            "trained_steps": int(trained or 0),
             "episodes": summary,
             "episodes_in_window": float(algo.tracker.filled),
             "num_episodes": int(results.get(ENV_RUNNER_RESULTS, {}).get(NUM_EPISODES, 0)),

@@ -286,11 +286,14 @@ class PopulationAlgorithm(FastAlgorithm):
         spec = cfg.hyperparameter_spec()
         for m in bottom.tolist():
             for k, dist in self.mutations.items():
-                value, _ = M.explore(float(self.hp[k][m]), dist, g, cfg.pbt_resample_probability,
-                                     cfg.pbt_perturbation_factors)
+                current = float(self.hp[k][m])
+                value, _ = M.explore(int(round(current)) if M.integer_prior(dist) else current, dist, g,
+                                     cfg.pbt_resample_probability, cfg.pbt_perturbation_factors)
                 self.hp[k][m] = M.within(float(value), spec.get(k))
         self.optimizer_hparams()
-        self.returns.reset_members(dst)
+        # the replaced members' episodes running now began under the policies they lost:
+        # they do not count towards the new members' fitness
+        self.returns.reset_members(dst, discard_in_flight=True)
         self.last_pbt_info = {"replaced": bottom.tolist(), "donors": donors.tolist()}
         return self.last_pbt_info
 

@@ -105,6 +105,17 @@ def explore(value: Any, dist, rng: np.random.Generator, resample_probability: fl
         f"* {factor}"
 
 
+def integer_prior(dist) -> bool:
+    """Whether ``dist`` draws integers (a ``randint``-type domain, a list of ints):
+    such a hyperparameter (``policy_delay``) is perturbed as an int, as Tune's
+    ``int(round(value * factor))``, not compounded as a float (2 -> 2.4 -> 2.88)."""
+    from ray.tune.search.sample import Integer
+
+    if isinstance(dist, list):
+        return bool(dist) and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in dist)
+    return isinstance(dist, Integer)
+
+
 def within(value: float, param: Any) -> float:
     """``value`` held inside what the key's ``Param`` allows: a perturbation
     (``* 1.2``) of gamma 0.99 must not leave [0, 1], where the Bellman target

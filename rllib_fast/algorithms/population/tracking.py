@@ -25,15 +25,20 @@ class MemberReturns:
         self.ptr = torch.zeros(K, dtype=torch.int64, device=device)
         self.filled = torch.zeros(K, dtype=torch.int64, device=device)
         self.episodes = torch.zeros(K, dtype=torch.int64, device=device)
+        # per env: the running episode is not recorded when it ends (a PBT exploit replaced
+        # the member's policy partway through it)
+        self.discard = torch.zeros(K, n, dtype=torch.bool, device=device)
 
     def in_flight(self) -> dict:
         """The per-env accumulators of the episodes running now (copies), as
         ``EpisodeTracker.in_flight``."""
-        return {"ret": self.ret.clone(), "len": self.len.clone()}
+        return {"ret": self.ret.clone(), "len": self.len.clone(), "discard": self.discard.clone()}
 
     def set_in_flight(self, state: dict) -> None:
         self.ret.copy_(state["ret"])
         self.len.copy_(state["len"])
+        if "discard" in state:
+            self.discard.copy_(state["discard"])
 
     def update(self, reward: torch.Tensor, done: torch.Tensor, valid: Optional[torch.Tensor] = None) -> None:
         """Account one step of all ``K*n`` envs."""
@@ -47,15 +52,17 @@ class MemberReturns:
         else:
             self.len += 1
         self.ret += r
-        dl = d.long()
-        slot = torch.remainder(self.ptr.unsqueeze(1) + torch.cumsum(dl, 1) - 1, self.window)
-        slot = torch.where(d, slot, torch.full_like(slot, self.window))
+        keep = d & ~self.discard          # finished episodes that go into the ring
+        kl = keep.long()
+        slot = torch.remainder(self.ptr.unsqueeze(1) + torch.cumsum(kl, 1) - 1, self.window)
+        slot = torch.where(keep, slot, torch.full_like(slot, self.window))
         self.ring.scatter_(1, slot, self.ret)
         self.ring_len.scatter_(1, slot, self.len.double())
-        n_done = dl.sum(1)
-        self.ptr = torch.remainder(self.ptr + n_done, self.window)
-        self.filled = torch.clamp(self.filled + n_done, max=self.window)
-        self.episodes += n_done
+        n_kept = kl.sum(1)
+        self.ptr = torch.remainder(self.ptr + n_kept, self.window)
+        self.filled = torch.clamp(self.filled + n_kept, max=self.window)
+        self.episodes += d.long().sum(1)
+        self.discard &= ~d
         self.ret = torch.where(d, torch.zeros_like(self.ret), self.ret)
         self.len = torch.where(d, torch.zeros_like(self.len), self.len)
 
@@ -71,16 +78,21 @@ class MemberReturns:
         return vals.nanmean(1)
 
     @torch.no_grad()
-    def reset_members(self, idx: torch.Tensor) -> None:
-        """Forget the returns of members ``idx`` (their policy changed: CEM-RL generations)."""
+    def reset_members(self, idx: torch.Tensor, discard_in_flight: bool = False) -> None:
+        """Forget the returns of members ``idx`` (their policy changed: a PBT exploit,
+        CEM-RL generations). ``discard_in_flight``: their episodes running now are not
+        recorded when they end either (begun under the replaced policy)."""
         self.filled[idx] = 0
         self.ptr[idx] = 0
+        if discard_in_flight:
+            self.discard[idx] = True
 
-    _KEYS = ("ret", "len", "ring", "ring_len", "ptr", "filled", "episodes")
+    _KEYS = ("ret", "len", "ring", "ring_len", "ptr", "filled", "episodes", "discard")
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
         return {k: getattr(self, k).detach().cpu().clone() for k in self._KEYS}
 
     def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
         for k in self._KEYS:
-            getattr(self, k).copy_(state[k])
+            if k in state:   # checkpoints before `discard` existed: nothing discarded
+                getattr(self, k).copy_(state[k])
