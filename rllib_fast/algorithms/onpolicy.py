@@ -270,6 +270,13 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.log_env_steps(k_max * n * self.world_size)  # every learner decorrelates its envs
         self.tracker.skip_current_episodes()
 
+    def pool_over_learners(self, reduce) -> None:
+        # start-state decorrelation updated each learner's observation statistics alone
+        # (at build, before the group existed): without this, the join's broadcast kept
+        # learner 0's and dropped the others' observations
+        if self.normalize_obs:
+            self.module.obs_norm.pool(reduce)
+
     @property
     def reduce_over_learners(self):
         """In-place sum over data-parallel learners, or None for one learner."""

@@ -449,6 +449,10 @@ class FastAlgorithm(Algorithm):
             self.states.copy_(live["states"])
         self.tracker.set_in_flight(live["tracker"])
 
+    def pool_over_learners(self, reduce) -> None:
+        """Data-parallel learners joining their group: pool what each gathered
+        alone while it was built (``reduce``: in-place sum over learners)."""
+
     def on_source_not_restored(self) -> None:
         """After a restore whose source kept its own episodes: end the episodes
         the checkpoint had in flight (algorithms with a replay or n-step windows

@@ -91,6 +91,16 @@ def module_tensors(module: torch.nn.Module) -> List[torch.Tensor]:
     return [t for _, t in sorted({**dict(module.named_parameters()), **dict(module.named_buffers())}.items())]
 
 
+def join_group(algo, rank: int, world_size: int, init_method: str) -> None:
+    """Learner ``rank`` joins the group (the same collectives, in the same order,
+    on every learner): what each learner gathered alone while it was built is
+    pooled (``algo.pool_over_learners``), then every learner starts from learner
+    0's parameters and statistics."""
+    algo.dist = DistributedContext(rank, world_size, init_method, algo.device)
+    algo.pool_over_learners(algo.dist.sum_)
+    algo.dist.broadcast_(module_tensors(algo.module), src=0)
+
+
 @ray.remote
 class RemoteLearner(LearnerActor):
     """Data-parallel learner ``rank`` >= 1: a copy of the trial's algorithm with
@@ -107,8 +117,7 @@ class RemoteLearner(LearnerActor):
         self.algo = self.hosted = algo_cls(config=learner_config(self.config, rank))
 
     def join(self, init_method: str) -> bool:
-        self.algo.dist = DistributedContext(self.rank, self.world_size, init_method, self.algo.device)
-        self.algo.dist.broadcast_(module_tensors(self.algo.module), src=0)
+        join_group(self.algo, self.rank, self.world_size, init_method)
         return True
 
     def train_step(self) -> Dict[str, float]:
@@ -146,8 +155,7 @@ class DataParallelGroup:
                         for r in range(1, world_size)]
         init_method = f"tcp://{ray.util.get_node_ip_address()}:{free_port()}"
         joined = [w.join.remote(init_method) for w in self.remotes]
-        algo.dist = DistributedContext(0, world_size, init_method, algo.device)
-        algo.dist.broadcast_(module_tensors(algo.module), src=0)
+        join_group(algo, 0, world_size, init_method)
         ray.get(joined)
 
     def start_step(self) -> list:

@@ -51,6 +51,22 @@ class RunningMeanStd(nn.Module):
         self.var.copy_(m2 / total)
         self.count.copy_(total)
 
+    @torch.no_grad()
+    def pool(self, reduce) -> None:
+        """Replace these statistics by the pooled statistics of every data-parallel
+        learner (``reduce``: in-place sum over learners): each learner's history so
+        far counts, as if one learner had seen all of it. For data the learners
+        merged before they joined (start-state decorrelation at build)."""
+        k = self.mean.numel()
+        c = self.count
+        sums = torch.cat([c.reshape(1), (c * self.mean).reshape(-1), (c * (self.var + self.mean ** 2)).reshape(-1)])
+        reduce(sums)
+        total = sums[0]
+        mean = sums[1:1 + k] / total
+        self.var.copy_((sums[1 + k:] / total - mean ** 2).clamp_min(0.0).view_as(self.var))
+        self.mean.copy_(mean.view_as(self.mean))
+        self.count.copy_(total)
+
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         std = torch.sqrt(self.var + 1e-8).to(x.dtype)
         return ((x - self.mean.to(x.dtype)) / std).clamp(-self.clip, self.clip)

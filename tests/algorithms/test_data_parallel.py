@@ -269,3 +269,19 @@ def test_a_skipped_update_is_discarded_by_every_learner():
         assert torch.equal(algo._dp_group.parameter_vectors()[0], before)  # ... and learner 1 with it
     finally:
         algo.stop()
+
+
+def test_observation_statistics_pool_every_learners_decorrelation():
+    # each learner decorrelates its envs at build, before the group exists; the join's
+    # broadcast used to keep learner 0's statistics only (80 of the 160 observations)
+    cfg = (FastPPOConfig().environment("CartPole", num_envs=16).training(rollout_length=8, decorrelate_steps=10)
+           .learners(num_learners=2, num_cpus_per_learner=0).debugging(seed=0))
+    algo = cfg.build_algo()
+    try:
+        assert algo.normalize_obs
+        assert algo.module.obs_norm.count.item() == pytest.approx(10 * 16, abs=1e-3)
+        assert torch.equal(_vector(algo), algo._dp_group.parameter_vectors()[0])   # identical after the join
+        algo.train()
+        assert algo.module.obs_norm.count.item() == pytest.approx(10 * 16 + 8 * 16, abs=1e-3)
+    finally:
+        algo.stop()

@@ -66,3 +66,17 @@ def test_tracker_skips_partial_first_episodes():
     assert int(tr.filled) == 1 and float(tr.summary()["episode_return_mean"]) == 2.0
     tr.update(torch.ones(2), torch.tensor([False, True]))
     assert int(tr.filled) == 2  # env1's second episode (len 1) recorded
+
+
+def test_pooled_statistics_equal_one_normaliser_that_saw_all_the_data():
+    # two data-parallel learners' statistics, pooled by an all-reduce (a sum, here by hand)
+    g = torch.Generator().manual_seed(0)
+    x1, x2 = torch.randn(50, 3, generator=g) * 2 + 1, torch.randn(30, 3, generator=g) - 4
+    a, b, ref = (RunningMeanStd((3,), epsilon=0.0) for _ in range(3))
+    a.update(x1); b.update(x2); ref.update(torch.cat([x1, x2]))
+    sent = {}
+    b.pool(lambda t: sent.setdefault("b", t.clone()))   # a sum over b alone leaves b as it was
+    a.pool(lambda t: t.add_(sent["b"]))                 # a's sums + b's
+    torch.testing.assert_close(a.mean, ref.mean)
+    torch.testing.assert_close(a.var, ref.var)
+    assert float(a.count) == 80.0
