@@ -202,6 +202,10 @@ class OnPolicyAlgorithm(FastAlgorithm):
                           "normalize_obs": self.normalize_obs, "state_dim": self.state_dim},
         ).to(self.device)
         self.params = list(self.module.parameters())
+        #: the minibatch shuffles' generator; None: torch's global RNG (seeded, checkpointed).
+        #: HTS gives its learner thread its own, since its executor threads' sources may
+        #: draw from the global RNG at the same time
+        self.shuffle_generator: Optional[torch.Generator] = None
         self.update_rule = self.UPDATE(self)
         self.optimizer = self.update_rule.make_optimizer(self.params)
         self.param_sync = LOCAL_PARAMETERS  # asynchronous learners swap in their central-store sync

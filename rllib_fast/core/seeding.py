@@ -26,6 +26,7 @@ EVALUATION = 0x4556    # 'EV': the evaluation envs (second key: the evaluation r
 PQL_LEARNER = 0x504C   # 'PL': PQL's learner actors on the Ray backend (second key: 0 = V, 1 = P)
 MEMBER = 0x4D42        # 'MB': a population member's on-device stream (second key: member k)
 PBT_HOST = 0x5048      # 'PH': a population's host-side PBT draws (selection, explore)
+HTS_SHUFFLE = 0x4853   # 'HS': an HTS learner's minibatch shuffling
 
 
 def derive_seed(seed: int, *keys: int) -> int:

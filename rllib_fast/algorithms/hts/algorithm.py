@@ -45,7 +45,7 @@ from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN, NUM
 from ...core.rollout import RolloutStorage
 from ...envs.base import env_share
 from ...envs.parallel import ParallelVecEnv
-from ...core.seeding import EXECUTOR, derive_seed, worker_seed
+from ...core.seeding import EXECUTOR, HTS_SHUFFLE, derive_seed, worker_seed
 from ..a2c.algorithm import A2CUpdate
 from ..onpolicy import OnPolicyAlgorithm
 from ..ppo.algorithm import PPOUpdate
@@ -141,6 +141,10 @@ class HTSAlgorithm(OnPolicyAlgorithm):
         self.rounds = 0
         self.executor_generators = [torch.Generator(device=self.device).manual_seed(executor_rng_seed(self.seed, e))
                                     for e in range(cfg.num_executors)]
+        # the learner thread shuffles from its own stream: a source stepped by an executor
+        # thread meanwhile may draw from torch's global RNG (Isaac Gym tasks, mjlab), and the
+        # interleaving of the two would decide the shuffles
+        self.shuffle_generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.seed, HTS_SHUFFLE))
         self.paper = PaperMetrics()
         self.train_time_s = 0.0
         self.runtime = None
@@ -328,7 +332,8 @@ class HTSAlgorithm(OnPolicyAlgorithm):
     def extra_state(self) -> Dict[str, Any]:
         return {**super().extra_state(), "version": self.version, "rounds": self.rounds,
                 "train_time_s": self.train_time_s, "any_invalid": self.any_invalid,
-                "executor_rng": [g.get_state() for g in self.executor_generators]}
+                "executor_rng": [g.get_state() for g in self.executor_generators],
+                "shuffle_rng": self.shuffle_generator.get_state()}
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         self.obs.copy_(state["obs"])                      # keep the shared buffer object
@@ -339,6 +344,8 @@ class HTSAlgorithm(OnPolicyAlgorithm):
         self.any_invalid = bool(state["any_invalid"])
         for g, s in zip(self.executor_generators, state["executor_rng"]):
             g.set_state(torch.as_tensor(s).cpu())
+        if state.get("shuffle_rng") is not None:   # checkpoints before it existed shuffled from the global RNG
+            self.shuffle_generator.set_state(torch.as_tensor(state["shuffle_rng"]).cpu())
 
     # -- shutdown ----------------------------------------------------------------------------------
     def _close_runtime(self) -> None:

@@ -43,7 +43,7 @@ class PPOUpdate(UpdateRule):
         mb = B // cfg.num_minibatches
         stats = torch.zeros(6, device=device)  # pg, vf, ent, kl, clipfrac, count
         for _ in range(cfg.num_epochs):
-            perm = torch.randperm(B, device=device)
+            perm = torch.randperm(B, device=device, generator=algo.shuffle_generator)
             epoch_kl = torch.zeros((), device=device)
             for i in range(cfg.num_minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
