@@ -137,3 +137,52 @@ def test_evaluate_checkpoint_seeds_its_episodes_from_the_seed_asked_for(tmp_path
            for s in (None, 1, 2)}
     assert ret[1] != ret[2] and ret[1] != ret[None]
     assert evaluate_checkpoint(path, episodes=3, seed=1, progress=False)["episode_return_mean"] == ret[1]
+
+
+def test_a_restore_keeps_the_configs_optimizer_settings_and_the_checkpoints_moments(tmp_path):
+    # PBT mutating rmsprop_eps / adam_eps / weight_decay: the exploited trial ran with the
+    # donor checkpoint's values (torch restores each param group's settings) while its config
+    # and report showed the mutated ones
+    from rllib_fast.algorithms.a2c import FastA2CConfig
+    from rllib_fast.algorithms.population import PopTD3Config
+
+    def a2c(eps):
+        return FastA2CConfig().environment("CartPole", num_envs=4).training(
+            rollout_length=8, optimizer="rmsprop", rmsprop_eps=eps, rmsprop_alpha=0.99).debugging(seed=0)
+
+    algo = a2c(1e-5).build_algo()
+    try:
+        algo.train()
+        path = algo.save_to_path(str(tmp_path / "a2c"))
+        moments = {k: v.clone() for k, v in algo.optimizer.state_dict()["state"][0].items()}
+    finally:
+        algo.stop()
+    mutated = a2c(1e-2).build_algo()
+    try:
+        mutated.restore_from_path(path)
+        group = mutated.optimizer.param_groups[0]
+        assert group["eps"] == 1e-2 and group["alpha"] == 0.99
+        for k, v in mutated.optimizer.state_dict()["state"][0].items():
+            assert torch.equal(v, moments[k]), k
+    finally:
+        mutated.stop()
+
+    def pop(eps):
+        return PopTD3Config().environment("Pendulum").training(
+            population_size=2, hidden_sizes=[16, 16], batch_size=8, learning_starts=20, rollout_length=10,
+            buffer_size=500, adam_eps=eps).debugging(seed=0)
+
+    algo = pop(1e-8).build_algo()
+    try:
+        algo.train(); algo.train()
+        path = algo.save_to_path(str(tmp_path / "pop"))
+        steps = algo.actor_opt.step_count.clone()
+    finally:
+        algo.stop()
+    mutated = pop(1e-2).build_algo()
+    try:
+        mutated.restore_from_path(path)
+        assert torch.allclose(mutated.actor_opt.eps, torch.full_like(mutated.actor_opt.eps, 1e-2))
+        assert torch.equal(mutated.actor_opt.step_count, steps)
+    finally:
+        mutated.stop()

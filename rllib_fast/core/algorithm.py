@@ -46,6 +46,7 @@ from .guard import UpdateGuard
 from .metrics import EpisodeTracker
 from .params import Param, apply_defaults, unknown_key_message
 from .seeding import EVALUATION, derive_seed
+from .state import load_optimizer_state
 
 logger = logging.getLogger(__name__)
 
@@ -561,7 +562,10 @@ class FastAlgorithm(Algorithm):
         live = None if source_restores else self._live_episodes()
         try:
             for k, v in self.stateful_components().items():
-                v.load_state_dict(state["components"][k])
+                if isinstance(v, torch.optim.Optimizer):   # moments from the checkpoint, settings from the config
+                    load_optimizer_state(v, state["components"][k])
+                else:
+                    v.load_state_dict(state["components"][k])
             self.set_extra_state(state["extra"])
         except Exception as err:
             detail = self._setup_mismatch(setup)  # e.g. other hidden_sizes: name the keys, not the tensors

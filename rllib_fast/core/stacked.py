@@ -366,9 +366,15 @@ class VectorAdam:
     def state_dict(self) -> Dict[str, object]:
         return {k: getattr(self, k).detach().cpu().clone() for k in self._STATE}
 
+    #: the settings a restore keeps (the config's, as ``core.state.load_optimizer_state``
+    #: keeps a torch optimizer's); lr follows the members' hyperparameters
+    #: (``optimizer_hparams``), moments and step counts come from the checkpoint
+    _SETTINGS = ("beta1", "beta2", "eps", "weight_decay")
+
     def load_state_dict(self, state: Dict[str, object]) -> None:
         for k in self._STATE:
-            getattr(self, k).copy_(state[k])
+            if k not in self._SETTINGS:
+                getattr(self, k).copy_(state[k])
 
 
 # ----------------------------------------------------------------------------------------------

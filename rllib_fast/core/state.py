@@ -42,3 +42,23 @@ class StateAdapter:
             g.bit_generator.state = state["state"]
 
         return cls(lambda: {"state": g.bit_generator.state}, set_)
+
+
+#: param-group entries a restored optimizer takes from the checkpoint: its learning
+#: rate has a rule of its own (``FastAlgorithm._apply_configured_lr``); every other
+#: setting (eps, betas, RMSProp's alpha, weight decay, ...) is the config's
+_FROM_CHECKPOINT = ("params", "lr", "initial_lr")
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: Dict[str, Any]) -> None:
+    """Load ``state`` (moments, step counts) into ``optimizer`` but keep the
+    settings its param groups were built with from the config.
+
+    Why: torch's ``load_state_dict`` also restores each group's ``eps``,
+    ``betas``, ``alpha`` and ``weight_decay``, so a trial that PBT exploited (or
+    any restore under a changed config) silently ran with the checkpoint's
+    values while its config, and the report, showed the mutated ones."""
+    settings = [{k: v for k, v in g.items() if k not in _FROM_CHECKPOINT} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, own in zip(optimizer.param_groups, settings):
+        group.update(own)

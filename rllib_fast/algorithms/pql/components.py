@@ -37,6 +37,7 @@ from torch.nn import functional as F
 from ...core.compile import compiled
 from ...core.normalize import RunningMeanStd
 from ...core.nstep import NStepAggregator
+from ...core.state import load_optimizer_state
 from ...core.transition_replay import TransitionReplay
 from .nets import DoubleQ, build_policy
 from .targets import (clipped_double_q_target, decayed_sigma, distributional_double_q_target, mixed_sigma,
@@ -338,7 +339,7 @@ class CriticLearner:
         self.critic.load_state_dict(s["critic"])
         self.target.load_state_dict(s["target"])
         self.policy.load_state_dict(s["policy"])
-        self.optimizer.load_state_dict(s["optimizer"])
+        load_optimizer_state(self.optimizer, s["optimizer"])
         self.updates = int(s["updates"])
         if s.get("stats") is not None:
             self.set_stats(s["stats"])
@@ -450,9 +451,9 @@ class PolicyLearner:
     def load_state_dict(self, s: Dict[str, object]) -> None:
         self.policy.load_state_dict(s["policy"])
         self.critic.load_state_dict(s["critic"])
-        self.optimizer.load_state_dict(s["optimizer"])
+        load_optimizer_state(self.optimizer, s["optimizer"])
         if self.sac and "alpha_optimizer" in s:
-            self.alpha_optimizer.load_state_dict(s["alpha_optimizer"])
+            load_optimizer_state(self.alpha_optimizer, s["alpha_optimizer"])
         self.updates = int(s["updates"])
         if s.get("stats") is not None:
             self.set_stats(s["stats"])
