@@ -466,3 +466,43 @@ def test_evaluate_corrupted_checkpoint_is_one_line(capsys, tmp_path):
     assert main(["evaluate", path, "--episodes", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+# -- found by a review: runs that waited forever or reported success they did not have ---------
+def test_a_trial_asking_more_cpus_than_the_local_ray_has_fails_before_ray_starts(capsys, tmp_path):
+    import ray
+
+    # FastAPPO's defaults: the driver and 8 learner actors, 9 CPUs (Tune kept it pending forever)
+    rc = main(["train", "--algo", "FastAPPO", "--env", "CartPole", "--stop", '{"training_iteration": 1}',
+               "--storage-path", str(tmp_path), "--no-mlflow", *RAY_ARGS])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "asks for 9 CPUs" in err[0] and "the local Ray has 2" in err[0], err
+    assert not ray.is_initialized()
+
+
+def test_fractional_trial_cpus_are_kept():
+    from rllib_fast.algorithms.ppo import FastPPO
+
+    pgf = FastPPO.default_resource_request({"num_cpus_for_main_process": 0.5})
+    assert pgf.bundles[0]["CPU"] == 0.5        # two trials per core, as `resources: {cpu: 0.5}` asks
+
+
+def test_an_interrupted_run_is_not_reported_as_a_success(capsys, tmp_path, monkeypatch):
+    from rllib_fast.tune.plan import Plan
+    from rllib_fast.tune.run import summarize
+
+    class Trial:
+        def __init__(self, name, status):
+            self.name, self.status, self.trial_id = name, status, name
+            self.path, self.last_result, self.checkpoint, self.trainable_name = None, {}, None, "FastPPO"
+
+        def __str__(self):
+            return self.name
+
+    monkeypatch.chdir(tmp_path)
+    trials = [Trial("done", "TERMINATED"), Trial("waiting", "PENDING"), Trial("cut", "RUNNING")]
+    rc = summarize(trials, Plan(), None, None, {})
+    out = capsys.readouterr().out
+    assert rc == 1 and "trials: 3 (1 ok, 0 errored, 2 unfinished)" in out
+    assert "trial waiting did not finish (PENDING)" in out
+    assert summarize(trials[:1], Plan(), None, None, {}) == 0

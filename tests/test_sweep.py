@@ -329,6 +329,36 @@ def test_report_reads_progress_csv_when_result_json_was_cut(tmp_path):
     assert [x for x, _ in results_curve(read_trial_results(str(trial)))] == [1000, 2000, 3000, 4000, 5000]
 
 
+def test_csv_rows_appended_after_a_restart_are_not_misread(tmp_path):
+    # Tune appends rows after a trial restart without a header, in the columns of the first
+    # result after it: a narrower row crashed the report (None padding), and a row of the
+    # same width in another order reported env steps as returns (896, 1024 on CartPole)
+    import csv
+
+    from rllib_fast.tune.plots import read_trial_results, results_curve
+
+    trial = tmp_path / "FastPPO_x_00000"
+    trial.mkdir()
+    keys = ["training_iteration", "num_env_steps_sampled_lifetime", "env_runners/episode_return_mean", "perf/cpu"]
+    with open(trial / "progress.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(keys)
+        for i in range(1, 5):
+            w.writerow([i, 100 * i, 10.0 * i, 0.5])
+        w.writerow([5, 500, 50.0])                  # after a restart: no perf/* key yet
+    json_rows = [{"training_iteration": i, "num_env_steps_sampled_lifetime": 100 * i,
+                  "env_runners": {"episode_return_mean": 10.0 * i}} for i in (1, 5)]
+    (trial / "result.json").write_text("".join(json.dumps(r) + "\n" for r in json_rows))
+    got = results_curve(read_trial_results(str(trial)))
+    assert got == [(100 * i, 10.0 * i) for i in range(1, 6)]   # iteration 5 from the JSON
+    with open(trial / "progress.csv", "a", newline="") as f:
+        csv.writer(f).writerow([6, 600, 0.5, 60.0])  # same width, other column order
+    json_rows.append({"training_iteration": 6, "num_env_steps_sampled_lifetime": 600,
+                      "env_runners": {"episode_return_mean": 60.0}})
+    (trial / "result.json").write_text("".join(json.dumps(r) + "\n" for r in json_rows))
+    assert all(ret <= 60.0 and ret >= 10.0 for _, ret in results_curve(read_trial_results(str(trial))))
+
+
 def _one_line(capsys, *needles):
     import ray
 

@@ -698,7 +698,9 @@ class FastAlgorithm(Algorithm):
         cfg = cls.get_default_config()
         cfg = cfg.update_from_dict(config if isinstance(config, dict) else config.to_dict())
         gpus = cfg.num_gpus_per_learner or (1 if str(cfg.env_device).startswith("cuda") else 0)
-        bundles = [{"CPU": max(1, cfg.num_cpus_for_main_process), "GPU": gpus}]
+        # a fraction packs several trials per core (`resources: {cpu: 0.5}`); 0 is not a bundle
+        main_cpus = cfg.num_cpus_for_main_process if (cfg.num_cpus_for_main_process or 0) > 0 else 1
+        bundles = [{"CPU": main_cpus, "GPU": gpus}]
         if cfg.num_learners > 1:  # learners 1..L-1 are actors in the trial's placement group
             cpus = cfg.num_cpus_per_learner if isinstance(cfg.num_cpus_per_learner, (int, float)) else 1
             bundles += [{"CPU": cpus, "GPU": cfg.num_gpus_per_learner or 0}] * (cfg.num_learners - 1)

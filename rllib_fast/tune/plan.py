@@ -349,12 +349,19 @@ def check_devices(experiments: Mapping[str, Mapping[str, Any]], args) -> None:
     """Raise :class:`UsageError` when an experiment asks for a GPU a local Ray cannot
     have (see :func:`rllib_fast.tune.session.device_error`). Called just before Ray
     starts, not while parsing: a GPU sweep file still parses on a laptop."""
-    from .session import device_error, names_cluster
+    from .session import cpu_error, device_error, names_cluster
 
     local = not any(names_cluster(a) for a in (getattr(args, "ray_address", None), getattr(args, "address", None),
                                                os.environ.get("RAY_ADDRESS")))
+    cpus = getattr(args, "ray_num_cpus", None) or os.cpu_count() or 1
     for name, spec in experiments.items():
         err = device_error(spec.get("config") or {}, local=local)
+        if err is None and local and spec.get("run"):
+            try:
+                cls = resolve_algorithm(spec["run"]) if isinstance(spec["run"], str) else spec["run"]
+            except UsageError:
+                cls = None
+            err = cpu_error(cls, spec.get("config") or {}, float(cpus)) if cls is not None else None
         if err:
             raise UsageError(f"experiment {name!r}: {err}")
 

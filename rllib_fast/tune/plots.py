@@ -113,6 +113,26 @@ def _iterations(results: Sequence[Mapping]) -> int:
     return len({r.get("training_iteration") for r in results})
 
 
+def _agree(from_csv: Sequence[Mapping], from_json: Sequence[Mapping]) -> bool:
+    """Whether the CSV's rows say what the JSON results say at the iterations both
+    hold (env steps and return): rows appended after a restart with their columns
+    in the same number but another order would otherwise pass as results."""
+    steps = "num_env_steps_sampled_lifetime"
+    ret = "env_runners/episode_return_mean"
+    by_iter = {r.get("training_iteration"): r for r in from_json}
+    for row in from_csv:
+        j = by_iter.get(row.get("training_iteration"))
+        if j is None:
+            continue
+        j_ret = (j.get("env_runners") or {}).get("episode_return_mean") if isinstance(j.get("env_runners"), Mapping) \
+            else j.get(ret)
+        for mine, theirs in ((row.get(steps), j.get(steps)), (row.get(ret), j_ret)):
+            if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)) and \
+                    not math.isclose(float(mine), float(theirs), rel_tol=1e-6, abs_tol=1e-9):
+                return False
+    return True
+
+
 def read_trial_results(trial_dir: str) -> List[Dict]:
     """A trial directory's results, oldest first, from the more complete of
     ``result.json`` and ``progress.csv`` (keys of CSV rows stay '/'-flattened,
@@ -125,8 +145,12 @@ def read_trial_results(trial_dir: str) -> List[Dict]:
     exploit, every resume -- so a copy in the experiment folder that lags
     behind replaces the complete one; ``CSVLoggerCallback`` sets its file up
     once per trial and keeps appending. The file with results for more
-    distinct iterations wins; the last JSON result's ``config`` (PBT's final,
-    mutated values) is kept either way.
+    distinct iterations wins, unless its rows disagree with the JSON's where both
+    have an iteration: the rows Tune appends after a restart take their columns
+    from the first result after it, without a header, and may be shifted; rows
+    of another width or without a whole iteration number are dropped, and the
+    JSON fills the iterations they held. The last JSON result's ``config``
+    (PBT's final, mutated values) is kept either way.
     """
     import csv
     import json
@@ -147,15 +171,26 @@ def read_trial_results(trial_dir: str) -> List[Dict]:
     if os.path.isfile(path):
         try:
             with open(path, newline="") as f:
-                from_csv = [{k: _csv_value(v) for k, v in row.items() if k is not None}
-                            for row in csv.DictReader(f)]
+                rows = list(csv.reader(f))
+            header = rows[0] if rows else []
+            # Rows Tune appends after a trial restart carry no header of their own and take
+            # their columns from the first result after the restart: a row of another width
+            # cannot be read against the header, and one whose iteration is not a whole
+            # number has its columns in another order.
+            from_csv = [r for r in ({k: _csv_value(v) for k, v in zip(header, row)}
+                                    for row in rows[1:] if len(row) == len(header))
+                        if isinstance(r.get("training_iteration"), int)]
         except (csv.Error, UnicodeDecodeError):
             from_csv = []
-    if _iterations(from_csv) > _iterations(from_json):
+    if _iterations(from_csv) > _iterations(from_json) and _agree(from_csv, from_json):
+        # the CSV's iterations, and the JSON's for those the CSV could not give
+        have = {r["training_iteration"] for r in from_csv}
+        merged = sorted(from_csv + [r for r in from_json if r.get("training_iteration") not in have],
+                        key=lambda r: r.get("training_iteration") or 0)
         config = next((r["config"] for r in reversed(from_json) if isinstance(r.get("config"), Mapping)), None)
-        if config is not None and from_csv:
-            from_csv[-1] = dict(from_csv[-1], config=config)
-        return from_csv
+        if config is not None and merged:
+            merged[-1] = dict(merged[-1], config=config)
+        return merged
     return from_json
 
 

@@ -118,8 +118,13 @@ def summarize(trials, plan: Plan, collector, recorder, tune_kwargs) -> int:
 
     out = sys.stdout
     errored = [t for t in trials if t.status == "ERROR"]
+    # an interrupted run (Ctrl-C, a trial that waited for resources it never got) ends
+    # with trials still pending, running or paused: not "ok", and not a success
+    unfinished = [t for t in trials if t.status not in ("TERMINATED", "ERROR")]
+    ok = len(trials) - len(errored) - len(unfinished)
     print("", file=out)
-    print(f"trials: {len(trials)} ({len(trials) - len(errored)} ok, {len(errored)} errored)", file=out)
+    print(f"trials: {len(trials)} ({ok} ok, {len(errored)} errored"
+          + (f", {len(unfinished)} unfinished)" if unfinished else ")"), file=out)
     metric, mode = RETURN_KEY, "max"
     if tune_kwargs.get("metric"):
         metric, mode = tune_kwargs["metric"], tune_kwargs.get("mode") or "max"
@@ -158,12 +163,14 @@ def summarize(trials, plan: Plan, collector, recorder, tune_kwargs) -> int:
         names = ", ".join(repr(n) for n in recorder.experiment_ids) or "(none)"
         print(f"mlflow: experiment {names}; view with: {ui_command(recorder.tracking_uri)}", file=out)
     # The errors come last, so the real cause is what a user sees at the bottom of the console.
+    for t in unfinished:
+        print(f"trial {t} did not finish ({t.status})", file=out)
     for t in errored:
         print(f"trial {t} errored: {trial_error(t)}", file=out)
     out.flush()
-    if best is None and not errored:
-        return 0 if trials else 1
-    return 1 if errored else 0
+    if errored or unfinished:
+        return 1
+    return 0 if trials else 1
 
 
 def short_config(trial) -> str:
@@ -327,7 +334,7 @@ def run_sweep(args) -> int:
             # new runs under the old parent): refuse, the user picks one or the other.
             raise UsageError(f"{sweep.path} already holds sweep {sweep.name!r}: use --resume or a new name "
                                  "(--name NAME or --storage-path DIR)")
-    check_devices({sweep.name: {"config": sweep.param_space} for sweep in sweeps}, args)
+    check_devices({sweep.name: {"run": sweep.run, "config": sweep.param_space} for sweep in sweeps}, args)
     address = getattr(args, "address", None) or args.ray_address
     if getattr(args, "dashboard", False):
         missing = dashboard_missing()

@@ -83,6 +83,37 @@ def reexec_for_loopback(module: str, argv: Sequence[str], extra_env: Optional[Ma
     os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
 
 
+def cpu_error(cls: Any, config: Mapping[str, Any], available: float) -> Optional[str]:
+    """One-line message when a trial of ``cls`` under ``config`` asks for more CPUs
+    than a local Ray has (``available``), else None.
+
+    Why: Tune keeps such a trial pending forever, warning once a minute (FastAPPO's
+    defaults ask for 9 CPUs: the driver and 8 learner actors). The request is the
+    algorithm's own ``default_resource_request``; ``grid_search`` takes its first
+    value, search-space objects are left out."""
+    from ray.tune.search.sample import Domain
+
+    def first(v):
+        if isinstance(v, Mapping) and set(v) == {"grid_search"}:
+            return v["grid_search"][0] if v["grid_search"] else None
+        return v
+
+    plain = {k: first(v) for k, v in config.items() if not isinstance(v, Domain)}
+    plain = {k: v for k, v in plain.items() if not isinstance(v, Domain) and v is not None}
+    try:
+        request = cls.default_resource_request(plain)
+        bundles = list(getattr(request, "bundles", None) or [])
+    except Exception:  # noqa: BLE001 - the trial reports a config it cannot take itself
+        return None
+    need = sum(float(b.get("CPU", 0)) for b in bundles)
+    if need <= available + 1e-9:
+        return None
+    parts = " + ".join(f"{float(b.get('CPU', 0)):g}" for b in bundles)
+    return (f"a {getattr(cls, '__name__', cls)} trial asks for {need:g} CPUs ({parts}: the driver and its "
+            f"actors) but the local Ray has {available:g} (Tune would keep it pending forever); fewer actors or "
+            "CPUs per actor (e.g. num_async_learners, num_cpus_per_*), --ray-num-cpus, or a cluster (--address)")
+
+
 def device_error(config: Mapping[str, Any], local: bool = True) -> Optional[str]:
     """One-line message when ``config`` asks for a GPU this machine cannot give, else None.
 
