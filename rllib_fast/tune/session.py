@@ -110,8 +110,9 @@ def cpu_error(cls: Any, config: Mapping[str, Any], available: float) -> Optional
         return None
     parts = " + ".join(f"{float(b.get('CPU', 0)):g}" for b in bundles)
     return (f"a {getattr(cls, '__name__', cls)} trial asks for {need:g} CPUs ({parts}: the driver and its "
-            f"actors) but the local Ray has {available:g} (Tune would keep it pending forever); fewer actors or "
-            "CPUs per actor (e.g. num_async_learners, num_cpus_per_*), --ray-num-cpus, or a cluster (--address)")
+            f"actors) but the local Ray has {available:g} (Tune would keep it pending forever); fewer or smaller "
+            "actors (num_env_runners, num_learners, num_async_learners, num_cpus_per_*), --ray-num-cpus, or a "
+            "cluster (--address)")
 
 
 def device_error(config: Mapping[str, Any], local: bool = True) -> Optional[str]:
