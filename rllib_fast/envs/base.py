@@ -116,6 +116,11 @@ class EnvContractError(ValueError):
     """A tensor vector env broke the contract (shape, dtype or device)."""
 
 
+
+def is_discrete_space(space: Any) -> bool:
+    """Whether an action space is discrete (the one rule, for envs and for config checks)."""
+    return isinstance(space, gym.spaces.Discrete)
+
 class TensorVecEnv:
     """Base class for tensor vector envs. Subclasses set the attributes in
     ``__init__`` and implement ``reset`` and ``step``.
@@ -166,7 +171,7 @@ class TensorVecEnv:
 
     @property
     def is_discrete(self) -> bool:
-        return isinstance(self.single_action_space, gym.spaces.Discrete)
+        return is_discrete_space(self.single_action_space)
 
     @property
     def action_shape(self) -> tuple:

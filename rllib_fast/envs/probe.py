@@ -16,6 +16,8 @@ from typing import Any, Dict, NamedTuple, Optional
 
 import numpy as np
 
+from .base import is_discrete_space
+
 
 class Spaces(NamedTuple):
     observation: Any
@@ -60,16 +62,12 @@ def _probe(env: str, env_config: dict) -> Optional[Spaces]:
         inst.close()
 
 
-def is_discrete(space: Any) -> bool:
-    return hasattr(space, "n") and not hasattr(space, "low")
-
-
 def action_space_error(owner: str, required: str, space: Any, env: Any) -> Optional[str]:
     """Why ``owner`` cannot act in ``space`` (env ``env``), or None.
     ``required``: one of :data:`ACTION_SPACE_KINDS`."""
     if required == "discrete":
-        return None if is_discrete(space) else f"{owner} needs a Discrete action space; env {env!r} has {space}"
-    if is_discrete(space):
+        return None if is_discrete_space(space) else f"{owner} needs a Discrete action space; env {env!r} has {space}"
+    if is_discrete_space(space):
         return f"{owner} needs a continuous (Box) action space; env {env!r} has {space}"
     if required == "bounded continuous" and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         return f"{owner} needs a bounded action space; env {env!r} has {space}"
