@@ -46,6 +46,7 @@ from .guard import UpdateGuard
 from .metrics import EpisodeTracker
 from .params import Param, apply_defaults, unknown_key_message
 from .seeding import EVALUATION, derive_seed
+from .rng import RngStream
 from .state import load_optimizer_state
 
 logger = logging.getLogger(__name__)
@@ -334,8 +335,14 @@ class FastAlgorithm(Algorithm):
     def _build_all(self) -> None:
         cfg = self.config
         self.seed = cfg.seed if cfg.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
-        update_global_seed_if_necessary("torch", self.seed)
-        torch.manual_seed(self.seed)
+        # the algorithm's own random stream (core/rng.py): everything below and every later
+        # call into the algorithm draws from it, never from the caller's generators
+        self.rng_stream = RngStream(self.seed, seed_fn=lambda s: update_global_seed_if_necessary("torch", s))
+        with self.rng_stream:
+            self._build_in_scope()
+
+    def _build_in_scope(self) -> None:
+        cfg = self.config
         self.device = cfg.resolved_device()
         self.world_size = max(1, cfg.num_learners)
         local_envs = self.local_num_envs()
@@ -499,9 +506,10 @@ class FastAlgorithm(Algorithm):
     def step(self) -> Dict[str, Any]:
         """``Algorithm.step`` checked by the NaN/exploding-update guard
         (``nonfinite_guard``; see :mod:`rllib_fast.core.guard`)."""
-        guard = UpdateGuard.from_config(self.config)
-        snapshot = guard.snapshot(self)
-        results = guard.check(self, super().step(), snapshot)
+        with self.rng_stream:
+            guard = UpdateGuard.from_config(self.config)
+            snapshot = guard.snapshot(self)
+            results = guard.check(self, super().step(), snapshot)
         # RLlib reports EnvRunner fault tolerance only with an EnvRunnerGroup; we
         # have none (num_env_runners=0), so the numbers are what RLlib reports then.
         results.setdefault(FAULT_TOLERANCE_STATS, {"num_healthy_workers": 0, "num_remote_worker_restarts": 0,
@@ -539,8 +547,7 @@ class FastAlgorithm(Algorithm):
             "components": {k: _to_cpu(v.state_dict()) for k, v in self.stateful_components().items()},
             "extra": _to_cpu(self.extra_state()),
             "env": _to_cpu(env_state),
-            "rng": {"torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+            "rng": self.rng_stream.state_dict(),
             "metrics_logger": self.metrics.get_state(),
             "training_iteration": self.training_iteration,
             "seed": self.seed,
@@ -577,9 +584,7 @@ class FastAlgorithm(Algorithm):
         else:
             self._keep_live_episodes(live)
             self.on_source_not_restored()
-        torch.set_rng_state(state["rng"]["torch"])
-        if state["rng"].get("cuda") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        self.rng_stream.load_state_dict(state["rng"])
         self.metrics.set_state(state["metrics_logger"])
         self._iteration = state["training_iteration"]
         if state.get("seed") is not None and int(state["seed"]) != self.seed:
@@ -707,8 +712,13 @@ class FastAlgorithm(Algorithm):
         return PlacementGroupFactory(bundles=bundles, strategy=cfg.placement_strategy)
 
     # -- evaluation -------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self, parallel_train_future=None) -> Dict[str, Any]:
+        """Evaluate (see :meth:`_evaluate_episodes`), drawing from the algorithm's own stream."""
+        with self.rng_stream:
+            return self._evaluate_episodes()
+
+    @torch.no_grad()
+    def _evaluate_episodes(self) -> Dict[str, Any]:
         """Run one episode in each of ``evaluation_duration`` fresh envs.
 
         Stooke & Abbeel's protocol maps onto: ``evaluation_interval`` (every K

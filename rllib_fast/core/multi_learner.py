@@ -122,9 +122,10 @@ class RemoteLearner(LearnerActor):
 
     def train_step(self) -> Dict[str, float]:
         algo = self.algo
-        # nonfinite_guard='skip': this learner's state before the step, for rollback()
-        self._guard_snapshot = UpdateGuard.from_config(algo.config).snapshot(algo)
-        algo.training_step()
+        with algo.rng_stream:   # its own stream, as the driver's step() does
+            # nonfinite_guard='skip': this learner's state before the step, for rollback()
+            self._guard_snapshot = UpdateGuard.from_config(algo.config).snapshot(algo)
+            algo.training_step()
         algo.metrics.reduce()  # nobody reads a remote learner's metrics; keep them from accumulating
         return episode_report(algo.tracker)
 

@@ -149,8 +149,9 @@ class AsyncLearnerActor(LearnerActor):
         """``cycles`` rollout+learn cycles; returns counts, episode window,
         losses and normaliser statistics (for the driver's evaluation copy)."""
         algo = self.algo
-        for _ in range(cycles):
-            algo.training_step()
+        with algo.rng_stream:   # the learner's own stream (core/rng.py)
+            for _ in range(cycles):
+                algo.training_step()
         results = algo.metrics.reduce(compile=True)   # numbers (without compile: Stats objects)
         learner = {k: float(v) for k, v in results.get(LEARNER_RESULTS, {}).get(DEFAULT_MODULE_ID, {}).items()
                    if isinstance(v, (int, float)) or (torch.is_tensor(v) and v.numel() == 1)}
