@@ -1,0 +1,115 @@
+"""GPU readiness on CPU: the launch/sync counter counts what it claims, and no
+algorithm syncs the host inside its per-step rollout loop or its minibatch
+(gradient update) loop.
+
+How "inside a loop" is decided: each algorithm is counted at a base shape, at
+twice the rollout length and at twice the updates (``benchmarks/gpu_proxy.py``
+``phase_counts``); a sync in the rollout loop makes the per-iteration count
+grow with the rollout length, one in the minibatch loop with the updates.
+Syncs once per iteration (RLlib's metric reduction, the NaN guard, logging)
+stay allowed. The failure message names the call sites.
+"""
+import os
+import sys
+import threading
+
+import pytest
+import torch
+
+from rllib_fast.core.launch_count import LaunchCounter
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+
+@pytest.fixture(scope="module")
+def gp():
+    sys.path.insert(0, BENCH)
+    try:
+        import gpu_proxy
+
+        yield gpu_proxy
+    finally:
+        sys.path.remove(BENCH)
+
+
+def _toy(x, w):
+    return torch.relu(x @ w + 1).sum()
+
+
+# ------------------------------------------------------------------ the counter
+def test_counter_counts_eager_kernels_without_views():
+    x, w = torch.randn(8, 4), torch.randn(4, 3)
+    with LaunchCounter() as lc:
+        with lc.recording():
+            _toy(x.t().t(), w.view(4, 3))   # views launch nothing
+    assert lc.by_op("kernel") == {"mm": 1, "add": 1, "relu": 1, "sum": 1}
+    assert lc.syncs() == 0
+
+
+def test_counter_sees_inside_compiled_code():
+    """Inductor fuses add + relu + sum into one generated kernel and leaves the
+    matmul to an extern call: 2 launches where eager has 4."""
+    torch._dynamo.reset()
+    f = torch.compile(_toy, dynamic=False)
+    x, w = torch.randn(8, 4), torch.randn(4, 3)
+    with LaunchCounter() as lc:
+        f(x, w)   # compiles outside the recording
+        with lc.recording():
+            f(x, w)
+    assert lc.by_op("kernel") == {"mm": 1}
+    assert sum(lc.by_op("compiled").values()) == 1
+    assert lc.kernels() == 2
+    torch._dynamo.reset()
+
+
+def test_counter_counts_host_syncs_in_every_thread():
+    x = torch.randn(8)
+    with LaunchCounter() as lc:
+        with lc.recording():
+            float(x.sum())           # _local_scalar_dense
+            bool(x.sum() > 0)        # is_nonzero -> _local_scalar_dense, once
+            x[x > 0]                 # boolean-mask index: a data-dependent shape
+            x.tolist(), x.cpu(), x.numpy()
+            t = threading.Thread(target=lambda: x.max().item())
+            t.start()
+            t.join()
+    assert lc.syncs("MainThread") == 6
+    assert lc.syncs() == 7
+    assert all("test_gpu_proxy.py" in site for site in lc.summary()["sync_sites"])
+
+
+def test_counter_does_not_count_host_step_counters_or_decomposed_ops_twice():
+    net = torch.nn.Linear(3, 2)
+    net(torch.randn(4, 3)).sum().backward()
+    opt = torch.optim.Adam(net.parameters())   # foreach=None: steps are host tensors on a GPU too
+    with LaunchCounter() as lc:
+        with lc.recording():
+            opt.step()
+            with torch.inference_mode():
+                bool(torch.isnan(torch.ones(2)).any())
+    assert lc.syncs() == 1
+    assert "_foreach_addcdiv_" in lc.by_op("kernel")   # counted as on a GPU: one foreach kernel
+
+
+# ------------------------------------------------------------------ no syncs in the hot loops
+SMALL = {
+    "fastppo": dict(num_envs=16, steps=4, epochs=2, minibatches=2),
+    "htsppo": dict(num_envs=16, steps=4, epochs=2, minibatches=2),
+    "fastdqn": dict(num_envs=16, steps=4, minibatches=4, extra=dict(batch_size=16, learning_starts=0)),
+    "pql": dict(num_envs=16, steps=4, minibatches=4,
+                extra=dict(batch_size=32, learning_starts=32, warmup_steps=2, hidden_sizes=[32, 32])),
+}
+
+
+@pytest.mark.parametrize("arm", sorted(SMALL))
+def test_no_host_sync_in_rollout_or_minibatch_loop(gp, arm):
+    torch.manual_seed(0)
+    shape = gp.Shape(**SMALL[arm])
+    counts = gp.phase_counts(gp.ARMS[arm](), shape, warmup=3)
+    split = counts["syncs_split"]
+    sites = [v["sync_sites"] for v in counts["variants"]]
+    assert abs(split["per_step"]) < 1e-6, f"{arm}: {split['per_step']} syncs per rollout step: {sites}"
+    assert abs(split["per_update"]) < 1e-6, f"{arm}: {split['per_update']} syncs per update: {sites}"
+    if arm == "pql":   # its learner threads run nothing but the update loop
+        learner_syncs = {t: c["syncs"] for t, c in counts["by_thread"].items() if t.startswith("pql-")}
+        assert learner_syncs and not any(learner_syncs.values()), (learner_syncs, sites)
