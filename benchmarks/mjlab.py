@@ -48,7 +48,10 @@ Every arm runs in its own child process (``_harness.run_arms``), one at a time:
   overall env-steps/s is reported against the raw ceiling at its N.
 
 The target is a mean return of 45 of Cartpole balance's maximum 50 (mjlab scales
-rewards by the 0.05 s step). ``--go1`` adds Go1 flat throughput arms (raw, adapter,
+rewards by the 0.05 s step). ``--episode-s 10`` runs every arm with 10 s episodes
+(200 steps, maximum return 10; the target then defaults to 9.0, 0.9 x the maximum, and
+the report goes to ``results/mjlab_10s.md/.json`` so the 50 s rows stay for history);
+the children read the length from ``EPISODE_S_ENV`` (``_episode_cfg``). ``--go1`` adds Go1 flat throughput arms (raw, adapter,
 rsl_rl, FastPPO) at ``--go1-envs``.
 
 This file is named ``mjlab.py`` as asked; its directory is on ``sys.path`` in the
@@ -117,6 +120,22 @@ PBT_TRIALS, PBT_INTERVAL, PBT_RAY_CPUS = 4, 8, 2
 GO1_FILE = "mjlab-go1-flat-fastppo"
 PBT_MUTATIONS = {"lr": (3e-4, 3e-3), "entropy_coeff": (0.0, 0.01), "clip_param": (0.1, 0.2, 0.3)}
 FN = "mjlab:"  # arm functions: the harness child imports this file by its name
+#: the episode length every arm uses (set by --episode-s in the parent, inherited by the children)
+EPISODE_S_ENV = "RLLIB_FAST_BENCH_MJLAB_EPISODE_S"
+DEFAULT_EPISODE_S = 50.0
+
+
+def _episode_s() -> float:
+    return float(os.environ.get(EPISODE_S_ENV) or DEFAULT_EPISODE_S)
+
+
+def _episode_cfg(env_config: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """``env_config`` for the ``mjlab:`` source with this run's episode length merged in
+    (nothing added at mjlab's own 50 s, so the historical arms build as before)."""
+    out = dict(env_config or {})
+    if _episode_s() != DEFAULT_EPISODE_S:
+        out["cfg"] = {**dict(out.get("cfg") or {}), "episode_length_s": _episode_s()}
+    return out
 
 
 def _finite(x: Any) -> Optional[float]:
@@ -137,6 +156,8 @@ def _mjlab_env(task: str, num_envs: int, seed: int, device: str = "cpu"):
 
     cfg = load_env_cfg(task)
     cfg.scene.num_envs, cfg.seed = num_envs, seed
+    if _episode_s() != DEFAULT_EPISODE_S:
+        cfg.episode_length_s = _episode_s()
     return ManagerBasedRlEnv(cfg, device=device)
 
 
@@ -220,7 +241,8 @@ def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "defaults", task
 
     kw = dict(RSL_STYLE) if preset == "rsl" else _shipped_settings(GO1_FILE) if preset == "go1" else {}
     kw.update(overrides or {})
-    ctx.note(hyperparameters=kw, preset=preset, env_config=env_config or {}, workers=workers)
+    env_config = _episode_cfg(env_config)
+    ctx.note(hyperparameters=kw, preset=preset, env_config=env_config, workers=workers)
     source: Any = f"mjlab:{task}"
     if workers:
         from rllib_fast.envs.parallel import ParallelEnvCreator
@@ -246,7 +268,8 @@ def arm_hts(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str = "c
     kw = dict(RSL_STYLE, vf_clip_param=0.2, num_executors=1, executor_processes=True)
     kw.update(overrides or {})
     ctx.note(hyperparameters=kw)
-    cfg = (HTSPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device)
+    cfg = (HTSPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device,
+                                      env_config=_episode_cfg())
            .training(**kw).debugging(seed=ctx.seed))
     ctx.start_clock()
     algo = cfg.build_algo()
@@ -325,7 +348,7 @@ def arm_pbt(ctx: H.ArmContext, num_envs: int, task: str = TASK, trials: int = PB
              cpus_per_trial=PBT_RAY_CPUS / trials, ray_cpus=PBT_RAY_CPUS,
              loopback=session.loopback_effective())
     cfg = (FastPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device,
-                                       env_config=dict(env_config or {}))
+                                       env_config=_episode_cfg(env_config))
            .training(**RSL_STYLE))
     space = cfg.to_dict()
     space["seed"] = tune.grid_search(seeds)
@@ -355,7 +378,8 @@ def arm_pql(ctx: H.ArmContext, num_envs: int, task: str = TASK) -> None:
 
     kw = {k: v for k, v in preset("PQL", "Pendulum").items() if k != "num_envs"}
     ctx.note(hyperparameters=kw)
-    cfg = PQLConfig().environment(f"mjlab:{task}", num_envs=num_envs).training(**kw).debugging(seed=ctx.seed)
+    cfg = (PQLConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_config=_episode_cfg())
+           .training(**kw).debugging(seed=ctx.seed))
     ctx.start_clock()
     _train_loop(ctx, cfg.build_algo())
 
@@ -400,7 +424,7 @@ def arm_raw(ctx: H.ArmContext, num_envs: int, source: str = "raw", task: str = T
         from rllib_fast.envs import make
 
         env = make(f"mjlab:{task}", num_envs=num_envs, device=device, seed=ctx.seed,
-                   exact_final_obs=exact_final_obs)
+                   exact_final_obs=exact_final_obs, **_episode_cfg())
         env.reset()
         act_dim = env.action_shape[0]
         if busy:
@@ -439,10 +463,11 @@ def arm_paired(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str =
     raw = _mjlab_env(task, num_envs, ctx.seed, device)
     raw.reset()
     _randomize_raw_clocks(raw)
-    src = make(f"mjlab:{task}", num_envs=num_envs, device=device, seed=ctx.seed)
+    src = make(f"mjlab:{task}", num_envs=num_envs, device=device, seed=ctx.seed, **_episode_cfg())
     src.reset()
     src.randomize_episode_progress()
-    algo = (FastPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device)
+    algo = (FastPPOConfig().environment(f"mjlab:{task}", num_envs=num_envs, env_device=device,
+                                        env_config=_episode_cfg())
             .training(**kw).debugging(seed=ctx.seed).build_algo())
     ctx.timed(algo, "_rollout", lambda out, a, k: algo.horizon * num_envs)
     horizon = algo.horizon
@@ -553,7 +578,8 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     rows = R.aggregate_learn(records)
     tp = R.aggregate_throughput(records)
     raw = tp.get("raw", {})
-    lines = [f"# mjlab: rsl_rl vs FastPPO vs PQL on {TASK} (target mean return {meta['target']:g} of 50)", "",
+    lines = [f"# mjlab: rsl_rl vs FastPPO vs PQL on {TASK} (target mean return {meta['target']:g} of "
+             f"{meta.get('episode_s', DEFAULT_EPISODE_S):g}, {meta.get('episode_s', DEFAULT_EPISODE_S):g} s episodes)", "",
              f"{meta['date']}, {meta['machine']}, {meta['threads']} torch thread(s) per arm, seeds {meta['seeds']}, "
              + (f"arms re-run or added {meta['updated']} (each row's cap is its own), " if meta.get("updated")
                 else f"{meta['budget']:g} s cap per learn arm, ")
@@ -591,7 +617,7 @@ def build_report(records: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
                                     "overall vs raw", "raw busy", "overall vs raw busy",
                                     "sampling vs raw busy"], over), ""]
     lines += _paired_section(records)
-    lines += _goals(rows, raw, busy, paired_summary(records))
+    lines += _goals(rows, raw, busy, paired_summary(records), meta)
     cart = {f: v for f, v in tp.items() if not f.startswith("Go1")}
     go1 = {f: v for f, v in tp.items() if f.startswith("Go1")}
     if cart:
@@ -653,7 +679,7 @@ def _paired_section(records: List[Dict[str, Any]]) -> List[str]:
 
 
 def _goals(rows: List[Dict[str, Any]], raw: Dict[int, Any], busy: Dict[int, Any],
-           paired: Optional[List[Dict[str, Any]]] = None) -> List[str]:
+           paired: Optional[List[Dict[str, Any]]] = None, meta: Optional[Dict[str, Any]] = None) -> List[str]:
     """The two goals, computed from this file's rows: FastPPO's best time to
     target over both N (any FastPPO arm; PBT listed apart) at least 1.5x shorter than
     rsl_rl's best, and FastPPO's overall env-steps/s within 10% of the raw simulator's
@@ -677,10 +703,12 @@ def _goals(rows: List[Dict[str, Any]], raw: Dict[int, Any], busy: Dict[int, Any]
         n = int(rsl["num_envs"] or 0)
         rate = (busy.get(n) or {}).get("tput_overall")
         if rate:
-            floor = EPISODE_STEPS * n / rate
+            episode_steps = int(round(float((meta or {}).get("episode_s", DEFAULT_EPISODE_S)) / 0.05))
+            target = float((meta or {}).get("target", TARGET))
+            floor = episode_steps * n / rate
             goal = rsl["t_reach"] / 1.5
-            out.append(f"- Floor: every counted episode is {EPISODE_STEPS} steps long, so a mean of {TARGET:g} needs "
-                       f"one whole episode per env under a near-perfect policy: at least {EPISODE_STEPS} x N env "
+            out.append(f"- Floor: every counted episode is {episode_steps} steps long, so a mean of {target:g} needs "
+                       f"one whole episode per env under a near-perfect policy: at least {episode_steps} x N env "
                        f"steps, {floor:.1f} s at N={n} at the raw busy rate ({R.fmt_sps(rate)}). 1.5x rsl_rl's "
                        f"{rsl['t_reach']:.1f} s is {goal:.1f} s: {goal - floor:.1f} s of physics to learn that policy "
                        f"from scratch, where rsl_rl's runner took {rsl['t_reach'] - floor:.1f} s beyond the floor.")
@@ -774,7 +802,14 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--go1", action="store_true", help="add the Go1 flat throughput arms")
     p.add_argument("--go1-envs", type=int, default=64, help="N for the Go1 arms (default %(default)s)")
     p.add_argument("--under-load", default="", help="say so in the report (what else ran)")
+    p.add_argument("--episode-s", type=float, default=DEFAULT_EPISODE_S,
+                   help="episode length of every arm in seconds (default %(default)s, mjlab's; 10: the "
+                        "learning-speed setting, target 9.0 unless --target is given, report mjlab_10s.md)")
     args = p.parse_args(argv)
+    os.environ[EPISODE_S_ENV] = repr(float(args.episode_s))
+    name = NAME if args.episode_s == DEFAULT_EPISODE_S else f"{NAME}_{args.episode_s:g}s"
+    if args.episode_s != DEFAULT_EPISODE_S and args.target == TARGET:
+        args.target = 0.9 * args.episode_s  # 0.9 x the maximum return (reward <= 1 per 0.05 s step)
     # the PBT arm starts a local Ray in its child: loopback only, the switch rllib_fast.tune.session
     # documents (LOOPBACK_ENV, read when ray is first imported, so it must be in the children's env)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -818,18 +853,18 @@ def main(argv: Optional[List[str]] = None) -> None:
                             f"Python {platform.python_version()}",
                     threads=args.threads, seeds=seeds, budget=args.budget, target=args.target,
                     throughput_s=args.throughput_s, total_min=(time.time() - t0) / 60, quick=args.quick,
-                    commit=_git_commit(), under_load=args.under_load)
+                    commit=_git_commit(), under_load=args.under_load, episode_s=args.episode_s)
         if args.update:
             records, meta, saved_dir = H.merge_update(args.update, records, meta, seeds)
             out_dir = args.out_dir or saved_dir
     os.makedirs(out_dir, exist_ok=True)
     md = build_report(records, meta)
-    with open(os.path.join(out_dir, NAME + ".md"), "w") as f:
+    with open(os.path.join(out_dir, name + ".md"), "w") as f:
         f.write(md + "\n")
     if not args.replot or args.update:
-        H.save_json(os.path.join(out_dir, NAME + ".json"), dict(meta=meta, records=records))
+        H.save_json(os.path.join(out_dir, name + ".json"), dict(meta=meta, records=records))
     print("\n" + md)
-    print(f"\nwrote {os.path.join(out_dir, NAME + '.md')}")
+    print(f"\nwrote {os.path.join(out_dir, name + '.md')}")
 
 
 if __name__ == "__main__":
