@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import ray
 import torch
@@ -73,6 +73,56 @@ class Targets(NamedTuple):
     weights: Optional[torch.Tensor]  # 1 for valid transitions, 0 else; None when all are valid
 
 
+class OnPolicyBatch(NamedTuple):
+    """Everything an update rule learns from: a rollout's transitions and
+    targets, flat over ``T * N`` (what ``UpdateRule.learn`` receives)."""
+
+    obs: torch.Tensor            # normalised observations, as the policy saw them
+    actions: torch.Tensor
+    logp: torch.Tensor           # log-probabilities under the parameters that acted
+    critic_in: torch.Tensor      # the critic's input: the observations, or the source's states (asymmetric)
+    advantages: torch.Tensor
+    value_targets: torch.Tensor
+    old_values: torch.Tensor
+    weights: Optional[torch.Tensor]  # 1 for valid transitions, 0 else; None when all are valid
+
+
+class LearnerCollectives:
+    """What one learner's update shares with the other data-parallel learners
+    (``dist``: a ``core.distributed.DistributedContext`` once the learner joined
+    its group, else None). With one learner every method is the identity, so
+    an update rule is written once for one and for L learners."""
+
+    def __init__(self) -> None:
+        self.dist = None
+
+    @property
+    def sum_(self) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
+        """In-place sum over learners, or None for one learner (the ``reduce``
+        argument of :func:`standardize` and of the normalisers' updates)."""
+        return None if self.dist is None else self.dist.sum_
+
+    def mean_(self, t: torch.Tensor) -> torch.Tensor:
+        """In place: the mean over learners (every learner adapts from the same number)."""
+        return t if self.dist is None else self.dist.mean_(t)
+
+    def average_gradients(self, params) -> None:
+        if self.dist is not None:
+            self.dist.average_gradients(params)
+
+    def mean_denominator(self, w: torch.Tensor | None, n: int, device) -> torch.Tensor | None:
+        """Denominator for :func:`masked_mean` over a batch of ``n`` transitions
+        with weights ``w`` (None: all valid). With L data-parallel learners it
+        is the global valid count / L, so the average of the learners' losses
+        (and gradients) is the masked mean over all learners' data even when
+        their valid counts differ; every learner calls it (one all-reduce),
+        whether or not it saw invalid transitions."""
+        if self.dist is None:
+            return None if w is None else w.sum().clamp_min(1.0)
+        count = w.sum() if w is not None else torch.full((), float(n), device=device)
+        return self.dist.sum_(count.detach().clone()).clamp_min(1.0) / self.dist.world_size
+
+
 class ParamSync:
     """How a learner's parameters meet other learners' between its own steps.
     One learner alone (and data-parallel learners, whose gradients are
@@ -93,44 +143,80 @@ LOCAL_PARAMETERS = ParamSync()
 
 
 class UpdateRule:
-    """An on-policy algorithm's learning phase, composed into it.
+    """An on-policy algorithm's learning phase (rsl_rl's ``PPO.update()`` shape):
+    built with everything it uses, then ``learn(batch)`` returns the
+    statistics the algorithm logs.
 
-    The algorithm (:class:`OnPolicyAlgorithm` and its iteration shapes: the
-    synchronous loop, HTS-RL's rounds, the asynchronous driver) owns rollout,
-    storage, targets and how gradients are applied (averaged over
-    data-parallel learners, clipped, stepped, synchronised with other
-    learners: ``apply_gradients``). A rule owns what differs between PPO and
-    A2C: the optimizer, the learning rate the config prescribes, the loss (the
-    function ``compile`` compiles) and how many gradient steps one batch
-    gets. The rule reads the algorithm it serves (``self.algo``)."""
+    Built from: the actor-critic ``module``, the ``optimizer``, the ``settings``
+    (the rule's config keys, :meth:`settings_from`; the algorithm hands it new
+    ones when live keys change), the data-parallel ``learners``
+    (:class:`LearnerCollectives`), ``after_step`` (called after every optimizer
+    step: an asynchronous learner's central-store sync), the minibatch
+    shuffles' ``shuffle_generator`` and ``compile`` (the loss function runs
+    compiled under the ``compile`` key).
 
-    def __init__(self, algo: "OnPolicyAlgorithm") -> None:
-        self.algo = algo
+    One minibatch's whole gradient step is :meth:`gradient_step`, a function of
+    explicit tensors with static shapes (forward and loss, backward, gradient
+    average over learners, global-norm clip, optimizer step): the unit a
+    compiler can capture as one graph. ``learn`` only loops over it. The
+    rule never reads the algorithm."""
+
+    #: the statistics ``loss`` stacks, in order (``learn`` reports their means)
+    STATS: tuple = ()
+
+    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, settings: Any,
+                 learners: LearnerCollectives, *, after_step: Callable[[], None] = LOCAL_PARAMETERS.after_update,
+                 shuffle_generator: Optional[torch.Generator] = None, compile: Any = False) -> None:
+        self.module, self.optimizer, self.settings, self.learners = module, optimizer, settings, learners
+        self.params = list(module.parameters())
+        self.device = self.params[0].device
+        self.after_step = after_step
+        #: None: torch's default generator (the algorithm's own stream, checkpointed)
+        self.shuffle_generator = shuffle_generator
+        #: the loss (forward included) as ``compile`` runs it: the same function when eager
+        self.loss_fn = compiled(self.loss, compile, self.device)
 
     @staticmethod
-    def configured_lr(config) -> float:
-        """The lr ``config`` prescribes (a batch-size rule may scale it);
-        static, as the algorithm needs it before any rule is built."""
-        return config.lr
+    def settings_from(config) -> Any:
+        """The rule's settings read from ``config`` (at build and after a live change)."""
+        raise NotImplementedError("abstract: UpdateRule.settings_from")
 
-    def make_optimizer(self, params) -> torch.optim.Optimizer:
+    @staticmethod
+    def make_optimizer(params, lr: float, config) -> torch.optim.Optimizer:
+        """The rule's optimizer over ``params`` at learning rate ``lr``."""
         raise NotImplementedError("abstract: UpdateRule.make_optimizer")
 
     def training_intensity(self) -> float:
         """Average number of gradient uses of each sample."""
         raise NotImplementedError("abstract: UpdateRule.training_intensity")
 
-    def loss(self, *args):
-        """One update step's forward (what ``compile`` compiles, its backward
-        with it): the loss and a stack of detached statistics."""
+    def loss(self, batch: OnPolicyBatch, idx: Optional[torch.Tensor], denom: Optional[torch.Tensor]):
+        """The loss of the transitions ``idx`` of ``batch`` (None: all) and a
+        stack of its detached statistics (``STATS``); ``denom``: the masked
+        means' denominator (:meth:`LearnerCollectives.mean_denominator`)."""
         raise NotImplementedError("abstract: UpdateRule.loss")
 
-    def learn(self, batch: "Targets") -> None:
-        """Gradient steps on a rollout's targets (each through :meth:`apply_gradients`)."""
-        raise NotImplementedError("abstract: UpdateRule.learn")
+    def gradient_step(self, batch: OnPolicyBatch, idx: Optional[torch.Tensor],
+                      denom: Optional[torch.Tensor]) -> torch.Tensor:
+        """One minibatch's whole gradient step; returns the loss statistics."""
+        loss, stats = self.loss_fn(batch, idx, denom)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.before_apply()
+        self.learners.average_gradients(self.params)
+        if self.settings.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip, foreach=True)
+        self.optimizer.step()
+        return stats
 
-    def apply_gradients(self) -> None:
-        self.algo.apply_gradients()
+    def before_apply(self) -> None:
+        """Between backward and the gradient's application (HTSA2C's delayed
+        gradient puts the learner's parameters back here)."""
+
+    def learn(self, batch: OnPolicyBatch) -> Dict[str, Any]:
+        """Gradient steps on a rollout's batch; returns ``{statistic: value}``
+        (device tensors or numbers) for the algorithm to log."""
+        raise NotImplementedError("abstract: UpdateRule.learn")
 
     def acting_parameters(self, behaviour):
         """Context in which targets and gradients of a batch are computed when
@@ -175,6 +261,10 @@ class OnPolicyConfig(FastConfig):
             return max(1, self.total_batch_size // self.num_envs)
         return self.rollout_length
 
+    def configured_lr(self) -> float:
+        """The learning rate this config prescribes (a batch-size rule may scale ``lr``)."""
+        return self.lr
+
 
 #: env steps the default start-state decorrelation may cost at most (over this learner's envs)
 DECORRELATION_BUDGET = 32_768
@@ -202,13 +292,11 @@ class OnPolicyAlgorithm(FastAlgorithm):
                           "normalize_obs": self.normalize_obs, "state_dim": self.state_dim},
         ).to(self.device)
         self.params = list(self.module.parameters())
-        #: the minibatch shuffles' generator; None: torch's global RNG (seeded, checkpointed).
-        #: HTS gives its learner thread its own, since its executor threads' sources may
-        #: draw from the global RNG at the same time
-        self.shuffle_generator: Optional[torch.Generator] = None
-        self.update_rule = self.UPDATE(self)
-        self.optimizer = self.update_rule.make_optimizer(self.params)
+        #: the minibatch shuffles' generator (None: torch's default generator, the algorithm's stream)
+        self.shuffle_generator = self.make_shuffle_generator()
+        self.optimizer = self.UPDATE.make_optimizer(self.params, self.configured_lr(), cfg)
         self.param_sync = LOCAL_PARAMETERS  # asynchronous learners swap in their central-store sync
+        self.update_rule = self.make_update_rule()
         self.horizon = cfg.horizon()
         # The MLP policy sees flattened observations (`_normalize_obs`), so storage
         # holds them flat too (image sources such as MinAtar included).
@@ -226,11 +314,39 @@ class OnPolicyAlgorithm(FastAlgorithm):
         }, self.device)
         self.states = current_states(env) if self.state_dim is not None else None
         self.any_invalid = False  # flips to True the first time a source reports valid=False masks
-        self.dist = None  # DistributedContext when this is one of several data-parallel learners
-        # the hot path's tensor functions, compiled when `compile` is set (the same functions eager)
+        # the act step's tensor function, compiled when `compile` is set (the same function eager)
         self._act_fn = compiled(self._act_step, cfg.compile, self.device)
-        self.update_step = compiled(self.update_rule.loss, cfg.compile, self.device)
         self._decorrelate()
+
+    def make_shuffle_generator(self) -> Optional[torch.Generator]:
+        """The generator of the minibatch shuffles: None, torch's default one
+        (the algorithm's own stream). HTS gives its learner thread its own."""
+        return None
+
+    def make_update_rule(self) -> UpdateRule:
+        """The rule (``UPDATE``) built with what it uses: module, optimizer,
+        settings, the learner group's collectives, the parameter sync."""
+        cfg = self.config
+        return self.UPDATE(self.module, self.optimizer, self.UPDATE.settings_from(cfg), self.collectives,
+                           after_step=self.param_sync.after_update, shuffle_generator=self.shuffle_generator,
+                           compile=cfg.compile)
+
+    @property
+    def collectives(self) -> LearnerCollectives:
+        """This learner's collectives with the other data-parallel learners."""
+        if "_collectives" not in self.__dict__:
+            self._collectives = LearnerCollectives()
+        return self._collectives
+
+    @property
+    def dist(self):
+        """The ``DistributedContext`` when this is one of several data-parallel
+        learners (set by ``core.multi_learner.join_group``), else None."""
+        return self.collectives.dist
+
+    @dist.setter
+    def dist(self, value) -> None:
+        self.collectives.dist = value
 
     def _normalize_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
         if update and self.normalize_obs:
@@ -284,47 +400,35 @@ class OnPolicyAlgorithm(FastAlgorithm):
     @property
     def reduce_over_learners(self):
         """In-place sum over data-parallel learners, or None for one learner."""
-        return None if self.dist is None else self.dist.sum_
-
-    def mean_denominator(self, w: torch.Tensor | None, n: int) -> torch.Tensor | None:
-        """Denominator for :func:`masked_mean` over a batch of ``n`` transitions
-        with weights ``w`` (None: all valid). With L data-parallel learners it
-        is the global valid count / L, so the average of the learners' losses
-        (and gradients) is the masked mean over all learners' data even when
-        their valid counts differ; every learner calls it (one all-reduce),
-        whether or not it saw invalid transitions."""
-        if self.dist is None:
-            return None if w is None else w.sum().clamp_min(1.0)
-        count = w.sum() if w is not None else torch.full((), float(n), device=self.device)
-        return self.dist.sum_(count.detach().clone()).clamp_min(1.0) / self.dist.world_size
-
-    def apply_gradients(self) -> None:
-        """Average gradients over learners, clip, step: the part of every
-        update that must be identical on all learners."""
-        if self.dist is not None:
-            self.dist.average_gradients(self.params)
-        if self.config.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.params, self.config.grad_clip, foreach=True)
-        self.optimizer.step()
-        self.param_sync.after_update()
+        return self.collectives.sum_
 
     def configured_lr(self) -> float:
-        return self.UPDATE.configured_lr(self.config)
+        return self.config.configured_lr()
+
+    def apply_live_hyperparameters(self) -> None:
+        super().apply_live_hyperparameters()
+        self.update_rule.settings = self.UPDATE.settings_from(self.config)
 
     def use_optimizer(self, optimizer: torch.optim.Optimizer, param_sync: "ParamSync | None" = None) -> None:
         """Replace the optimizer (and how parameters are synchronised with
         other learners): how an asynchronous learner (FastAPPO/FastA3C) makes a
-        plain FastPPO/FastA2C step against the central store."""
+        plain FastPPO/FastA2C step against the central store. The rule is
+        built again around them."""
         self.optimizer = optimizer
         self.param_sync = param_sync if param_sync is not None else LOCAL_PARAMETERS
+        self.update_rule = self.make_update_rule()
 
     def training_intensity(self) -> float:
         """Average number of gradient uses of each sample."""
         return self.update_rule.training_intensity()
 
-    def _learn(self, batch: "Targets") -> None:
-        """The update: gradient steps on the rollout's targets (the rule's)."""
-        self.update_rule.learn(batch)
+    def _learn(self, targets: Targets) -> None:
+        """The update: the rule learns from the rollout's batch, the algorithm logs its statistics."""
+        st = self.storage
+        batch = OnPolicyBatch(st.flat("obs"), st.flat("actions"), st.flat("logp"), st.flat(self.critic_key),
+                              *targets)
+        for key, value in self.update_rule.learn(batch).items():
+            self.log_learner(key, value)
 
     def optimizers(self) -> list:
         return [self.optimizer]

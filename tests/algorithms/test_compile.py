@@ -15,6 +15,7 @@ from ray.rllib.algorithms.algorithm import Algorithm
 from rllib_fast.algorithms.a2c import FastA2CConfig
 from rllib_fast.algorithms.dqn import FastDQNConfig, RainbowConfig
 from rllib_fast.algorithms.hts import HTSA2CConfig, HTSPPOConfig
+from rllib_fast.algorithms.onpolicy import OnPolicyBatch
 from rllib_fast.algorithms.ppo import FastPPOConfig
 from rllib_fast.algorithms.pql import DDPGNConfig, PQLConfig, SACNConfig
 from rllib_fast.core import compile as compile_mod
@@ -129,13 +130,10 @@ def test_onpolicy_hot_path_has_no_graph_breaks(aot_eager, cls, env, key):
     algo.train()
     assert graph_breaks(algo._act_step, algo.obs) == 0
     st, B = algo.storage, algo.horizon * algo.env.num_envs
-    obs, actions, critic_in = st.flat("obs"), st.flat("actions"), st.flat(algo.critic_key)
-    adv, targets, old_v = torch.randn(B), torch.randn(B), torch.randn(B)
-    if cls is FastPPOConfig:
-        args = (torch.randperm(B)[:B // 2], obs, actions, st.flat("logp"), adv, targets, old_v, critic_in, None, None)
-    else:
-        args = (obs, actions, adv, targets, critic_in, None, None)
-    assert graph_breaks(algo.update_rule.loss, *args) == 0
+    batch = OnPolicyBatch(st.flat("obs"), st.flat("actions"), st.flat("logp"), st.flat(algo.critic_key),
+                          torch.randn(B), torch.randn(B), torch.randn(B), None)
+    idx = torch.randperm(B)[:B // 2] if cls is FastPPOConfig else None
+    assert graph_breaks(algo.update_rule.loss, batch, idx, None) == 0
     algo.stop()
 
 
@@ -144,7 +142,7 @@ def test_onpolicy_compiled_matches_eager(aot_eager, cls, env, key):
     eager = onpolicy(cls, env).build_algo()
     ref = losses(eager, 2, key)
     comp = onpolicy(cls, env, compile="reduce-overhead").build_algo()
-    assert comp._act_fn is not comp._act_step and comp.update_step is not comp.update_rule.loss
+    assert comp._act_fn is not comp._act_step and comp.update_rule.loss_fn is not comp.update_rule.loss
     got = losses(comp, 2, key)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(params(comp.module), params(eager.module), rtol=1e-4, atol=1e-5)

@@ -1,6 +1,8 @@
 """FastA2C hyperparameters."""
 from __future__ import annotations
 
+import math
+
 from ...core.params import Param, with_defaults
 from ..onpolicy import OnPolicyConfig
 
@@ -46,3 +48,12 @@ class FastA2CConfig(OnPolicyConfig):
         from .algorithm import FastA2C
 
         super().__init__(algo_class=algo_class or FastA2C)
+
+    def configured_lr(self) -> float:
+        """``lr`` under ``lr_rule``: 'sqrt' scales it with the square root of the
+        batch (``horizon * num_envs``) relative to ``lr_rule_base_batch``, capped
+        at ``lr_rule_cap`` (Stooke & Abbeel's large-batch rule)."""
+        if self.lr_rule == "sqrt":
+            batch = self.horizon() * self.num_envs
+            return min(self.lr_rule_cap, self.lr * math.sqrt(batch / self.lr_rule_base_batch))
+        return self.lr

@@ -141,10 +141,6 @@ class HTSAlgorithm(OnPolicyAlgorithm):
         self.rounds = 0
         self.executor_generators = [torch.Generator(device=self.device).manual_seed(executor_rng_seed(self.seed, e))
                                     for e in range(cfg.num_executors)]
-        # the learner thread shuffles from its own stream: a source stepped by an executor
-        # thread meanwhile may draw from torch's global RNG (Isaac Gym tasks, mjlab), and the
-        # interleaving of the two would decide the shuffles
-        self.shuffle_generator = torch.Generator(device=self.device).manual_seed(derive_seed(self.seed, HTS_SHUFFLE))
         self.paper = PaperMetrics()
         self.train_time_s = 0.0
         self.runtime = None
@@ -152,6 +148,12 @@ class HTSAlgorithm(OnPolicyAlgorithm):
         self.lag_history: collections.deque = collections.deque(maxlen=LAG_HISTORY)
         self.stopped = False
         self._behaviour = None
+
+    def make_shuffle_generator(self) -> torch.Generator:
+        """The learner thread shuffles from its own stream: a source stepped by an
+        executor thread meanwhile may draw from torch's global RNG (Isaac Gym
+        tasks, mjlab), and the interleaving of the two would decide the shuffles."""
+        return torch.Generator(device=self.device).manual_seed(derive_seed(self.seed, HTS_SHUFFLE))
 
     def _new_snapshot(self):
         snap = copy.deepcopy(self.module)
@@ -368,14 +370,14 @@ class DelayedA2CUpdate(A2CUpdate):
 
     Inside :meth:`acting_parameters` the module holds the behaviour snapshot's
     parameters theta_{j-1}, so the targets, loss and gradient are A2C's at
-    theta_{j-1} on its own data; :meth:`apply_gradients` puts theta_j back
+    theta_{j-1} on its own data; :meth:`before_apply` puts theta_j back
     before clipping and the optimizer step, so the delayed gradient (and the
     optimizer's moments) advance theta_j. Normaliser statistics are the
     learner's own (they are state, not parameters)."""
 
-    def __init__(self, algo) -> None:
-        super().__init__(algo)
-        self._live = [p.detach().clone() for p in algo.params]   # theta_j while the module holds theta_{j-1}
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._live = [p.detach().clone() for p in self.params]   # theta_j while the module holds theta_{j-1}
         self._at_behaviour = False
 
     @contextlib.contextmanager
@@ -387,21 +389,20 @@ class DelayedA2CUpdate(A2CUpdate):
             if self._at_behaviour:
                 self._restore_live()
 
-    def apply_gradients(self) -> None:
+    def before_apply(self) -> None:
         if self._at_behaviour:
             self._restore_live()
-        super().apply_gradients()
 
     @torch.no_grad()
     def _swap_to(self, behaviour) -> None:
-        for live, p, b in zip(self._live, self.algo.params, behaviour.parameters()):
+        for live, p, b in zip(self._live, self.params, behaviour.parameters()):
             live.copy_(p)
             p.copy_(b)
         self._at_behaviour = True
 
     @torch.no_grad()
     def _restore_live(self) -> None:
-        for live, p in zip(self._live, self.algo.params):
+        for live, p in zip(self._live, self.params):
             p.copy_(live)
         self._at_behaviour = False
 

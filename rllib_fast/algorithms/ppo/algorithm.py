@@ -7,17 +7,41 @@ time-out bootstrapping), and minibatch epochs of the clipped surrogate with
 value clipping. Rollout and targets are the on-policy loop
 (``OnPolicyAlgorithm.training_step`` in :mod:`..onpolicy`); this file is the
 update, :class:`PPOUpdate`, which HTSPPO and every FastAPPO learner compose in
-too. Everything stays on the env's device; the only host syncs are the
+too; its loss terms are the plain functions of :mod:`.loss`. Everything stays on the env's device; the only host syncs are the
 adaptive-KL lr step (once per epoch, when enabled) and RLlib's metric
 reduction at the end of an iteration.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+from typing import Any, Dict, Optional, Tuple
+
 import torch
 
-from ..onpolicy import OnPolicyAlgorithm, Targets, UpdateRule, masked_mean, standardize
+from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, UpdateRule, standardize
 from .config import FastPPOConfig
+from .loss import kl_adapted_lr, ppo_loss
 
+
+
+@dataclass(frozen=True)
+class PPOSettings:
+    """The config keys PPO's update reads (rebuilt when live keys change)."""
+
+    num_epochs: int
+    num_minibatches: int
+    clip_param: float
+    vf_clip_param: Optional[float]
+    vf_loss_coeff: float
+    entropy_coeff: float
+    normalize_advantages: bool
+    grad_clip: Optional[float]
+    adaptive_lr_kl_target: Optional[float]
+    adaptive_lr_bounds: Tuple[float, float]
+
+    @classmethod
+    def from_config(cls, config) -> "PPOSettings":
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
 
 
 class PPOUpdate(UpdateRule):
@@ -26,91 +50,67 @@ class PPOUpdate(UpdateRule):
     to the epoch's KL when ``adaptive_lr_kl_target`` is set. Composed into
     FastPPO, HTSPPO and every FastAPPO learner."""
 
-    def make_optimizer(self, params) -> torch.optim.Optimizer:
+    STATS = ("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "clip_fraction")
+    settings_from = staticmethod(PPOSettings.from_config)
+
+    @staticmethod
+    def make_optimizer(params, lr: float, config) -> torch.optim.Optimizer:
         # fused Adam: one kernel for all parameters instead of ~12 per tensor
-        return torch.optim.Adam(params, lr=self.algo.configured_lr(), eps=1e-5, fused=True)
+        return torch.optim.Adam(params, lr=lr, eps=1e-5, fused=True)
 
     def training_intensity(self) -> float:
-        return float(self.algo.config.num_epochs)
+        return float(self.settings.num_epochs)
 
-    def learn(self, batch: Targets) -> None:
-        algo = self.algo
-        cfg, st, device = algo.config, algo.storage, algo.device
-        B = algo.horizon * algo.env.num_envs
-        adv, targets, old_v, w = batch
-        obs, actions, old_logp = st.flat("obs"), st.flat("actions"), st.flat("logp")
-        critic_in = st.flat(algo.critic_key)   # the observations, or the source's states (asymmetric)
-        mb = B // cfg.num_minibatches
+    def learn(self, batch: OnPolicyBatch) -> Dict[str, Any]:
+        s, device = self.settings, self.device
+        B = batch.advantages.shape[0]
+        mb = B // s.num_minibatches
+        w = batch.weights
         stats = torch.zeros(6, device=device)  # pg, vf, ent, kl, clipfrac, count
-        for _ in range(cfg.num_epochs):
-            perm = torch.randperm(B, device=device, generator=algo.shuffle_generator)
+        for _ in range(s.num_epochs):
+            perm = torch.randperm(B, device=device, generator=self.shuffle_generator)
             epoch_kl = torch.zeros((), device=device)
-            for i in range(cfg.num_minibatches):
+            for i in range(s.num_minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
-                # global masked means across data-parallel learners (one all-reduce, outside the compiled step)
-                denom = algo.mean_denominator(w[idx] if w is not None else None, mb)
-                loss, mstats = algo.update_step(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w,
-                                               denom)
-                algo.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.apply_gradients()
+                # global masked means across data-parallel learners (one all-reduce, outside the step)
+                denom = self.learners.mean_denominator(w[idx] if w is not None else None, mb, device)
+                mstats = self.gradient_step(batch, idx, denom)
+                self.after_step()
                 with torch.no_grad():
                     stats[:5] += mstats
                     stats[5] += 1
                     epoch_kl += mstats[3]
-            if cfg.adaptive_lr_kl_target is not None:
-                if algo.dist is not None:
-                    algo.dist.mean_(epoch_kl)  # every learner adapts lr from the same KL
-                self._adapt_lr(float(epoch_kl) / cfg.num_minibatches)
-        count = stats[5]
-        log = algo.log_learner
-        for i, key in enumerate(("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "clip_fraction")):
-            log(key, stats[i] / count)
+            if s.adaptive_lr_kl_target is not None:
+                self.learners.mean_(epoch_kl)  # every learner adapts lr from the same KL
+                self._adapt_lr(float(epoch_kl) / s.num_minibatches)
+        out: Dict[str, Any] = {key: stats[i] / stats[5] for i, key in enumerate(self.STATS)}
         with torch.no_grad():
-            var_t = targets.var()
-            ev = 1 - (targets - old_v).var() / var_t.clamp_min(1e-8)
-        log("vf_explained_var", ev)
-        log("curr_lr", algo.optimizer.param_groups[0]["lr"])
+            targets = batch.value_targets
+            out["vf_explained_var"] = 1 - (targets - batch.old_values).var() / targets.var().clamp_min(1e-8)
+        out["curr_lr"] = self.optimizer.param_groups[0]["lr"]
+        return out
 
-    def loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, denom):
-        """One minibatch's clipped-surrogate loss and its (policy loss, value
-        loss, entropy, KL, clip fraction); the update step's part that
-        ``compile`` compiles (minibatch shapes are fixed)."""
-        algo = self.algo
-        cfg, module = algo.config, algo.module
+    def loss(self, batch: OnPolicyBatch, idx: Optional[torch.Tensor], denom: Optional[torch.Tensor]):
+        """One minibatch's clipped-surrogate loss and its ``STATS``; the part of
+        the step ``compile`` compiles (minibatch shapes are fixed)."""
+        s, module = self.settings, self.module
+        w = batch.weights
         wi = w[idx] if w is not None else None
-        logp, entropy = module.evaluate_actions(obs[idx], actions[idx])
-        log_ratio = logp - old_logp[idx]
-        ratio = log_ratio.exp()
-        a = adv[idx]
-        if cfg.normalize_advantages:
-            a = standardize(a, wi, algo.reduce_over_learners)
-        surr = torch.min(ratio * a, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * a)
-        pg_loss = -masked_mean(surr, wi, denom)
-        v = module.value(critic_in[idx])
-        vf = (v - targets[idx]) ** 2
-        if cfg.vf_clip_param is not None:
-            v_clip = old_v[idx] + (v - old_v[idx]).clamp(-cfg.vf_clip_param, cfg.vf_clip_param)
-            vf = torch.max(vf, (v_clip - targets[idx]) ** 2)
-        vf_loss = 0.5 * masked_mean(vf, wi, denom)
-        ent = masked_mean(entropy, wi, denom)
-        loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * ent
-        ratio_d, log_ratio_d = ratio.detach(), log_ratio.detach()
-        kl = masked_mean((ratio_d - 1) - log_ratio_d, wi, denom)
-        clipfrac = masked_mean(((ratio_d - 1).abs() > cfg.clip_param).float(), wi, denom)
-        return loss, torch.stack([pg_loss.detach(), vf_loss.detach(), ent.detach(), kl, clipfrac])
+        logp, entropy = module.evaluate_actions(batch.obs[idx], batch.actions[idx])
+        adv = batch.advantages[idx]
+        if s.normalize_advantages:
+            adv = standardize(adv, wi, self.learners.sum_)
+        v = module.value(batch.critic_in[idx])
+        return ppo_loss(logp, entropy, batch.logp[idx], adv, v, batch.value_targets[idx], batch.old_values[idx],
+                        clip_param=s.clip_param, vf_clip_param=s.vf_clip_param, vf_loss_coeff=s.vf_loss_coeff,
+                        entropy_coeff=s.entropy_coeff, w=wi, denom=denom)
 
     def _adapt_lr(self, kl: float) -> None:
-        """KL-adaptive learning rate (as in rl_games/rsl_rl): shrink when the
-        epoch's KL overshoots twice the target, grow when under half."""
-        cfg = self.algo.config
-        target = cfg.adaptive_lr_kl_target
-        lo, hi = cfg.adaptive_lr_bounds
-        for group in self.algo.optimizer.param_groups:
-            if kl > 2.0 * target:
-                group["lr"] = max(lo, group["lr"] / 1.5)
-            elif kl < 0.5 * target:
-                group["lr"] = min(hi, group["lr"] * 1.5)
+        """KL-adaptive learning rate (:func:`.loss.kl_adapted_lr`), once per epoch."""
+        s = self.settings
+        lo, hi = s.adaptive_lr_bounds
+        for group in self.optimizer.param_groups:
+            group["lr"] = kl_adapted_lr(group["lr"], kl, s.adaptive_lr_kl_target, lo, hi)
 
 
 class FastPPO(OnPolicyAlgorithm):

@@ -1,0 +1,86 @@
+"""PPO's loss terms as plain tensor functions (unit-tested on hand-computed
+numbers in ``tests/algorithms/test_losses.py``).
+
+Every mean is :func:`..onpolicy.masked_mean`: over the transitions the
+weights ``w`` mark valid, divided by ``denom`` (with data-parallel learners
+the global valid count / L, so the learners' averaged gradient is the masked
+mean over all their data). ``w`` and ``denom`` None: a plain mean.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+from ..onpolicy import masked_mean
+
+
+class PPOLossTerms(NamedTuple):
+    """One minibatch's PPO loss and its detached statistics."""
+
+    loss: torch.Tensor
+    stats: torch.Tensor   # [policy loss, value loss, entropy, KL, clip fraction]
+
+
+def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip: float, w=None, denom=None) -> torch.Tensor:
+    """Schulman et al.'s clipped surrogate as a loss: ``-mean(min(r A, clip(r, 1-e, 1+e) A))``."""
+    surr = torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
+    return -masked_mean(surr, w, denom)
+
+
+def clipped_value_loss(v: torch.Tensor, targets: torch.Tensor, old_v: torch.Tensor, clip: Optional[float],
+                       w=None, denom=None) -> torch.Tensor:
+    """``0.5 * mean(max((v - R)^2, (v_clip - R)^2))`` with ``v_clip`` the value
+    moved at most ``clip`` from the value that acted (``clip`` None: the
+    plain squared error)."""
+    vf = (v - targets) ** 2
+    if clip is not None:
+        v_clip = old_v + (v - old_v).clamp(-clip, clip)
+        vf = torch.max(vf, (v_clip - targets) ** 2)
+    return 0.5 * masked_mean(vf, w, denom)
+
+
+def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor, w=None, denom=None) -> torch.Tensor:
+    """KL(old || new) estimated as ``mean((r - 1) - log r)`` (Schulman's k3:
+    unbiased, never negative): what the adaptive-KL lr reads."""
+    return masked_mean((ratio - 1) - log_ratio, w, denom)
+
+
+def clip_fraction(ratio: torch.Tensor, clip: float, w=None, denom=None) -> torch.Tensor:
+    """Share of transitions whose ratio left ``[1 - clip, 1 + clip]``."""
+    return masked_mean(((ratio - 1).abs() > clip).float(), w, denom)
+
+
+def ppo_loss(logp: torch.Tensor, entropy: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
+             v: torch.Tensor, targets: torch.Tensor, old_v: torch.Tensor, *, clip_param: float,
+             vf_clip_param: Optional[float], vf_loss_coeff: float, entropy_coeff: float,
+             w=None, denom=None) -> PPOLossTerms:
+    """The PPO objective on one minibatch from the policy's log-probabilities
+    and entropies and the critic's values (advantages already standardised
+    where asked): ``pg + vf_coeff * vf - ent_coeff * entropy``."""
+    log_ratio = logp - old_logp
+    ratio = log_ratio.exp()
+    pg_loss = clipped_surrogate(ratio, adv, clip_param, w, denom)
+    vf_loss = clipped_value_loss(v, targets, old_v, vf_clip_param, w, denom)
+    ent = masked_mean(entropy, w, denom)
+    loss = pg_loss + vf_loss_coeff * vf_loss - entropy_coeff * ent
+    ratio_d, log_ratio_d = ratio.detach(), log_ratio.detach()
+    kl = approx_kl(ratio_d, log_ratio_d, w, denom)
+    clipfrac = clip_fraction(ratio_d, clip_param, w, denom)
+    return PPOLossTerms(loss, torch.stack([pg_loss.detach(), vf_loss.detach(), ent.detach(), kl, clipfrac]))
+
+
+def kl_adapted_lr(lr, kl, target: float, low: float, high: float):
+    """The adaptive-KL rule (rl_games/rsl_rl): lr / 1.5 (not below ``low``) when
+    the KL overshoots twice the target, lr * 1.5 (not above ``high``) when it is
+    under half. Floats on the host; 0-d tensors on the device (no host sync:
+    the form a per-minibatch adaptation with a tensor lr uses)."""
+    if torch.is_tensor(kl):
+        lr = torch.as_tensor(lr, dtype=kl.dtype, device=kl.device)
+        return torch.where(kl > 2.0 * target, (lr / 1.5).clamp_min(low),
+                           torch.where(kl < 0.5 * target, (lr * 1.5).clamp_max(high), lr))
+    if kl > 2.0 * target:
+        return max(low, lr / 1.5)
+    if kl < 0.5 * target:
+        return min(high, lr * 1.5)
+    return lr
