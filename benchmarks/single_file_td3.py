@@ -43,6 +43,16 @@ import torch
 import torch.nn as nn
 
 
+def _unshadow_mjlab() -> None:
+    """Run as a script, this file's folder is first on sys.path and its
+    ``mjlab.py`` (the mjlab benchmark) would shadow the mjlab package."""
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != here]
+
+
 def _import_env_registry():
     """``rllib_fast.envs.registry`` without running ``rllib_fast/__init__.py``
     (which imports Ray and registers algorithms with Tune)."""
@@ -60,6 +70,7 @@ def _import_env_registry():
     return importlib.import_module("rllib_fast.envs.registry")
 
 
+_unshadow_mjlab()
 registry = _import_env_registry()
 
 

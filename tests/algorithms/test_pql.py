@@ -247,7 +247,7 @@ def test_pause_waits_for_a_learner_that_parked_late():
         controller=RatioController(("actor", "critic", "policy"), [("actor", "critic", 1 / 8), ("policy", "critic", .5)]),
         config=types.SimpleNamespace(weight_sync_every=10 ** 9))
     algo.p.policy = policy
-    backend = ThreadBackend(algo)
+    backend = ThreadBackend(algo, learners=(algo.v, algo.p))
     try:
         time.sleep(0.3)                                   # both learners parked
         plain_set = threading.Event.set

@@ -25,13 +25,14 @@ from ...core.algorithm import FastAlgorithm
 from ...core.ratio import RatioController
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
-from .components import ActorRole, CriticLearner, Dims, LiveParams, PolicyLearner, make_critic
+from .backend import backend_class
+from .components import ActorRole, CriticLearner, Dims, LiveParams, PolicyLearner
 from .config import DDPGNConfig, PQLConfig, SACNConfig
-from .nets import load_snapshot, snapshot
 
 
-
-class _PQLFamily(FastAlgorithm):
+class PQLFamily(FastAlgorithm):
+    """What PQL and its sequential baselines share: the Actor role, the env step,
+    live hyperparameters and the logged metrics. Not registered itself."""
     ACTION_SPACE = "bounded continuous"
     RESUME_EXACT = True
 
@@ -53,7 +54,7 @@ class _PQLFamily(FastAlgorithm):
         self.build_roles()
 
     def build_roles(self) -> None:
-        raise NotImplementedError("abstract: _PQLFamily.build_roles")
+        raise NotImplementedError("abstract: PQLFamily.build_roles")
 
     def get_module(self, module_id: str = DEFAULT_MODULE_ID):
         """The Actor's deterministic policy as an RLModule (shares its networks)."""
@@ -82,8 +83,9 @@ class _PQLFamily(FastAlgorithm):
             self.backend = None
 
     @torch.no_grad()
-    def _act_step(self):
-        """One vectorised Actor step; returns the finished n-step transitions (or None)."""
+    def _env_step(self):
+        """One vectorised env step by the Actor (act, step the env, aggregate);
+        returns the finished n-step transitions (or None)."""
         obs = self.obs.reshape(self.obs.shape[0], -1)
         a = self.actor.act(obs)
         step = self.env.step(self.actor.to_env(a).reshape(-1, *self.env.action_shape))
@@ -121,17 +123,9 @@ class _PQLFamily(FastAlgorithm):
         self.log_learner("replay_bytes", self.replay_bytes)
         self.log_learner("curr_lr", self.live.lr)
 
-    def _networks(self) -> Dict[str, Any]:
-        """The learners' networks as modules too (generic tools inspect nn.Module components;
-        loading them again after the role states is idempotent)."""
-        return {"policy_net": self.p.policy, "critic_net": self.v.critic, "critic_target_net": self.v.target}
-
-    def _state(self, learner, with_replay_ok: bool = True):
-        return StateAdapter(lambda: learner.state_dict(self.config.checkpoint_replay and with_replay_ok),
-                            learner.load_state_dict)
 
 
-class _Sequential(_PQLFamily):
+class SequentialPQLFamily(PQLFamily):
     """DDPG(n)/SAC(n): the same roles, one loop, shared networks."""
 
     RESUME_EXACT = True
@@ -149,8 +143,13 @@ class _Sequential(_PQLFamily):
         self.policy_credit = 0.0
 
     def stateful_components(self) -> Dict[str, Any]:
-        return {**super().stateful_components(), "actor": self.actor, "v": self._state(self.v),
-                "p": self._state(self.p, with_replay_ok=False), **self._networks()}
+        v, p, with_replay = self.v, self.p, self.config.checkpoint_replay
+        return {**super().stateful_components(), "actor": self.actor,
+                "v": StateAdapter(lambda: v.state_dict(with_replay), v.load_state_dict),
+                "p": StateAdapter(lambda: p.state_dict(False), p.load_state_dict),   # its replay is v's
+                # the learners' networks as modules too (generic tools inspect nn.Module components;
+                # loading them again after the role states is idempotent)
+                "policy_net": p.policy, "critic_net": v.critic, "critic_target_net": v.target}
 
     def extra_state(self) -> Dict[str, Any]:
         return {**super().extra_state(), "update_credit": self.update_credit, "policy_credit": self.policy_credit}
@@ -165,7 +164,7 @@ class _Sequential(_PQLFamily):
         cfg = self.config
         n_crit = n_pol = 0
         for _ in range(cfg.steps_per_iteration):
-            batch = self._act_step()
+            batch = self._env_step()
             if batch is not None:
                 self.v.add(batch)
             if self.v.ready():
@@ -183,19 +182,19 @@ class _Sequential(_PQLFamily):
         self._log(cfg.steps_per_iteration, n_crit, n_pol, self.v.take_metrics(), self.p.take_metrics())
 
 
-class DDPGN(_Sequential):
+class DDPGN(SequentialPQLFamily):
     @classmethod
     def get_default_config(cls) -> DDPGNConfig:
         return DDPGNConfig()
 
 
-class SACN(_Sequential):
+class SACN(SequentialPQLFamily):
     @classmethod
     def get_default_config(cls) -> SACNConfig:
         return SACNConfig()
 
 
-class PQL(_PQLFamily):
+class PQL(PQLFamily):
     """Parallel Q-Learning. ``backend='thread'``: learners are threads of this
     process sharing tensors; ``backend='ray'``: learners are Ray actors placed
     by resource bundles."""
@@ -210,55 +209,28 @@ class PQL(_PQLFamily):
     def default_resource_request(cls, config):
         pgf = super().default_resource_request(config)
         cfg = cls.get_default_config().update_from_dict(config if isinstance(config, dict) else config.to_dict())
-        if cfg.backend != "ray":
+        extra = backend_class(cfg.backend).resource_bundles(cfg)
+        if not extra:
             return pgf
-        extra = [{"CPU": cfg.num_cpus_per_pql_learner, "GPU": cfg.num_gpus_per_v_learner},
-                 {"CPU": cfg.num_cpus_per_pql_learner, "GPU": cfg.num_gpus_per_p_learner}]
         return PlacementGroupFactory(bundles=list(pgf.bundles) + extra, strategy=cfg.placement_strategy)
 
     def build_roles(self) -> None:
-        cfg, N = self.config, self.env.num_envs
+        cfg = self.config
         self.arm_at = self.learning_starts   # Actor transitions after which the ratios are enforced
         self.controller = RatioController(
             ("actor", "critic", "policy"),
             [("actor", "critic", 1.0 / cfg.beta_av), ("policy", "critic", 1.0 / cfg.beta_pv)],
             slack=cfg.resolved_slack(), depth=cfg.resolved_depth(), window_s=cfg.ratio_window_s,
             max_wait_s=cfg.max_wait_s)
-        if cfg.backend == "thread":
-            from .thread_backend import ThreadBackend
-
-            vdev = self.device if cfg.v_learner_device == "auto" else torch.device(cfg.v_learner_device)
-            pdev = self.device if cfg.p_learner_device == "auto" else torch.device(cfg.p_learner_device)
-            self.v = CriticLearner(cfg, self.dims, vdev, self.live, N, self.capacity)
-            self.p = PolicyLearner(cfg, self.dims, pdev, self.live, N, self.capacity)
-            load_snapshot(self.p.policy, snapshot(self.actor.policy))
-            load_snapshot(self.v.policy, snapshot(self.actor.policy))
-            load_snapshot(self.p.critic, snapshot(self.v.critic))
-            self.replay_bytes = self.v.replay.nbytes + self.p.replay.nbytes
-            self.backend = ThreadBackend(self)
-        else:
-            from ...core.transition_replay import replay_bytes
-            from .ray_backend import RayBackend
-
-            self.v = self.p = None
-            self.initial_critic = make_critic(cfg, self.dims)
-            v_fields, p_fields = cfg.replay_fields(self.dims.obs_dim, self.dims.act_dim, self.dims.state_dim)
-            cap = (self.capacity // N) * N
-            self.replay_bytes = replay_bytes(cap, v_fields) + replay_bytes(cap, p_fields)
-            self.backend = RayBackend(self)
+        self.backend = backend_class(cfg.backend)(self)
+        # in-process learners (thread back-end) are reachable for inspection; remote ones are not
+        self.v, self.p = self.backend.local_learners()
+        self.replay_bytes = self.backend.replay_bytes
 
     # -- checkpoints -----------------------------------------------------------------
     def stateful_components(self) -> Dict[str, Any]:
-        out = {**super().stateful_components(), "actor": self.actor, "controller": self.controller}
-        if self.config.backend == "thread":
-            out.update(v=self._state(self.v), p=self._state(self.p), **self._networks())
-        else:
-            be = lambda: self.backend  # noqa: E731 - the backend object changes on rebuild
-            for key, role in (("v", "critic"), ("p", "policy")):
-                out[key] = StateAdapter(
-                    (lambda r: lambda: be().get_state(r, self.config.checkpoint_replay))(role),
-                    (lambda r: lambda s: be().set_state(r, s))(role))
-        return out
+        return {**super().stateful_components(), "actor": self.actor, "controller": self.controller,
+                **self.backend.state_components()}
 
     def set_state(self, state: Dict[str, Any]) -> None:
         super().set_state(state)
@@ -269,33 +241,26 @@ class PQL(_PQLFamily):
         if not self.config.checkpoint_replay:
             self.controller.arm(False)
             self.arm_at = self.actor.emitted + self.learning_starts
-        if self.config.backend == "thread":
-            load_snapshot(self.actor.policy, snapshot(self.p.policy))
-            self.backend.policy_box.put(snapshot(self.p.policy))
-            self.backend.critic_box.put(snapshot(self.v.critic))
-        else:
-            self.backend.discard_pending()
-            self.backend.pause()
+        self.backend.after_restore()
         if not self.config.checkpoint_replay:
             self.backend.clear_replays()   # saved without them: restored, the learners hold none
 
     def apply_live_hyperparameters(self) -> None:
         super().apply_live_hyperparameters()
-        if self.config.backend == "ray" and getattr(self, "backend", None) is not None:
+        if getattr(self, "backend", None) is not None:
             self.backend.set_live(self.live)
 
     # -- one iteration -----------------------------------------------------------------
     def training_step(self) -> None:
         cfg, ctl, be = self.config, self.controller, self.backend
-        ray_mode = cfg.backend == "ray"
-        s0, t0 = ctl.stats(), time.perf_counter()
+        c0, w0, t0 = ctl.stats()["counts"], be.waited_s(), time.perf_counter()
         be.resume()
         try:
             for _ in range(cfg.steps_per_iteration):
                 if ctl.armed:
-                    be.gate_actor() if ray_mode else ctl.gate("actor")
+                    be.gate_actor()
                 be.sync_actor()
-                batch = self._act_step()
+                batch = self._env_step()
                 if batch is not None:
                     be.push(batch, self._stats_copy())
                 ctl.tick("actor")
@@ -306,19 +271,13 @@ class PQL(_PQLFamily):
         finally:
             be.pause()
         elapsed = max(1e-9, time.perf_counter() - t0)
-        s1 = ctl.stats()
-        d = {k: s1["counts"][k] - s0["counts"][k] for k in s1["counts"]}
-        if ray_mode:
-            critic_m, policy_m = be.take_metrics("critic"), be.take_metrics("policy")
-            waited = {"actor": s1["waited_s"]["actor"] - s0["waited_s"]["actor"]}
-        else:
-            critic_m, policy_m = self.v.take_metrics(), self.p.take_metrics()
-            waited = {k: s1["waited_s"][k] - s0["waited_s"][k] for k in s1["waited_s"]}
-        self._log(int(d["actor"]), d["critic"], d["policy"], critic_m, policy_m)
-        for k, w in waited.items():
-            self.log_learner(f"{k}_wait_fraction", w / elapsed)
-        overrides = be.remote_overrides if ray_mode else s1["overrides"]
-        self.log_learner("wait_overrides", float(sum(overrides.values())), window=1)
+        c1 = ctl.stats()["counts"]
+        d = {k: c1[k] - c0[k] for k in c0}
+        self._log(int(d["actor"]), d["critic"], d["policy"], be.take_metrics("critic"), be.take_metrics("policy"))
+        w1 = be.waited_s()
+        for k, w in w1.items():
+            self.log_learner(f"{k}_wait_fraction", (w - w0.get(k, 0.0)) / elapsed)
+        self.log_learner("wait_overrides", float(sum(be.overrides().values())), window=1)
         self.log_learner("ratio_control_armed", float(ctl.armed))
         rates = ctl.window_rates()
         for k, v in rates.items():

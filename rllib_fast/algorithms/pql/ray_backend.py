@@ -49,8 +49,11 @@ from ...core.distributed import free_port
 from ...core.learner_actor import LearnerActor, close_actors
 from ...core.ratio import LimitGate
 from ...core.seeding import PQL_LEARNER, derive_seed
+from ...core.state import StateAdapter
 from ...core.tensor_link import TensorLink
-from .components import CriticLearner, Dims, LiveParams, PolicyLearner
+from ...core.transition_replay import replay_bytes
+from .backend import PQLBackend
+from .components import CriticLearner, Dims, LiveParams, PolicyLearner, make_critic
 from .nets import load_snapshot, snapshot
 
 
@@ -248,9 +251,14 @@ class PQLLearnerHost(LearnerActor):
             self.parked.set()
 
 
-class RayBackend:
+class RayBackend(PQLBackend):
     ROLES = ("critic", "policy")
     RANKS = {"critic": 1, "policy": 2}   # in the point-to-point group; the driver (Actor) is 0
+
+    @staticmethod
+    def resource_bundles(cfg):
+        return [{"CPU": cfg.num_cpus_per_pql_learner, "GPU": cfg.num_gpus_per_v_learner},
+                {"CPU": cfg.num_cpus_per_pql_learner, "GPU": cfg.num_gpus_per_p_learner}]
 
     def __init__(self, algo):
         from ray.util.placement_group import get_current_placement_group
@@ -258,10 +266,14 @@ class RayBackend:
 
         self.algo = algo
         cfg = algo.config
+        initial_critic = make_critic(cfg, algo.dims)   # the V-learner's first critic (and the P-learner's copy)
+        v_fields, p_fields = cfg.replay_fields(algo.dims.obs_dim, algo.dims.act_dim, algo.dims.state_dim)
+        cap = (algo.capacity // algo.env.num_envs) * algo.env.num_envs
+        self.replay_bytes = replay_bytes(cap, v_fields) + replay_bytes(cap, p_fields)
         if not ray.is_initialized():
             ray.init(include_dashboard=False, log_to_driver=False)
         pg = get_current_placement_group()
-        init = {"policy": _cpu(snapshot(algo.actor.policy)), "critic": _cpu(snapshot(algo.initial_critic))}
+        init = {"policy": _cpu(snapshot(algo.actor.policy)), "critic": _cpu(snapshot(initial_critic))}
         gpus = {"critic": cfg.num_gpus_per_v_learner, "policy": cfg.num_gpus_per_p_learner}
         devices = {"critic": cfg.v_learner_device, "policy": cfg.p_learner_device}
         self.hosts = {}
@@ -373,7 +385,7 @@ class RayBackend:
             if self.inflight[role] is None:
                 self.inflight[role] = self._start_exchange(role)
 
-    def gate_actor(self) -> float:
+    def gate_actor(self) -> None:
         """The Actor waits (polling the learners) while it is ahead."""
         ctl = self.algo.controller
         t0 = time.monotonic()
@@ -382,9 +394,14 @@ class RayBackend:
                 ctl.overrides["actor"] += 1
                 break
             self.poll(0.002)
-        waited = time.monotonic() - t0
-        ctl.waited_s["actor"] += waited
-        return waited
+        ctl.waited_s["actor"] += time.monotonic() - t0
+
+    def waited_s(self) -> Dict[str, float]:
+        # the learners wait at their own gates in their processes: the latest counts they reported
+        return {"actor": self.algo.controller.waited_s["actor"], **self.remote_waited}
+
+    def overrides(self) -> Dict[str, int]:
+        return {"actor": self.algo.controller.overrides["actor"], **self.remote_overrides}
 
     def wait_caught_up(self) -> None:
         ctl = self.algo.controller
@@ -425,6 +442,16 @@ class RayBackend:
         out = self.metrics[role].clone()
         self.metrics[role].zero_()
         return out
+
+    def state_components(self) -> Dict[str, Any]:
+        with_replay = self.algo.config.checkpoint_replay
+        return {key: StateAdapter((lambda r: lambda: self.get_state(r, with_replay))(role),
+                                  (lambda r: lambda s: self.set_state(r, s))(role))
+                for key, role in (("v", "critic"), ("p", "policy"))}
+
+    def after_restore(self) -> None:
+        self.discard_pending()
+        self.pause()
 
     def get_state(self, role: str, with_replay: bool) -> Dict[str, Any]:
         return ray.get(self.hosts[role].get_state.remote(with_replay))

@@ -23,6 +23,9 @@ from typing import Dict
 
 import torch
 
+from ...core.state import StateAdapter
+from .backend import PQLBackend
+from .components import CriticLearner, PolicyLearner
 from .nets import load_snapshot, snapshot
 
 
@@ -46,9 +49,12 @@ class Mailbox:
             return seen, None
 
 
-class ThreadBackend:
-    def __init__(self, algo):
+class ThreadBackend(PQLBackend):
+    def __init__(self, algo, learners=None):
+        """``learners``: (V, P) objects to run instead of building them (tests)."""
         self.algo = algo
+        self.v, self.p = learners if learners is not None else self._build_learners(algo)
+        self.replay_bytes = sum(getattr(getattr(x, "replay", None), "nbytes", 0) for x in (self.v, self.p))
         self.critic_box, self.policy_box = Mailbox(), Mailbox()
         self.inbox = {"critic": collections.deque(), "policy": collections.deque()}
         self.running, self.halt, self.stop = threading.Event(), threading.Event(), threading.Event()
@@ -61,7 +67,41 @@ class ThreadBackend:
         for t in self.threads:
             t.start()
 
+    @staticmethod
+    def _build_learners(algo):
+        cfg, N = algo.config, algo.env.num_envs
+        vdev = algo.device if cfg.v_learner_device == "auto" else torch.device(cfg.v_learner_device)
+        pdev = algo.device if cfg.p_learner_device == "auto" else torch.device(cfg.p_learner_device)
+        v = CriticLearner(cfg, algo.dims, vdev, algo.live, N, algo.capacity)
+        p = PolicyLearner(cfg, algo.dims, pdev, algo.live, N, algo.capacity)
+        load_snapshot(p.policy, snapshot(algo.actor.policy))
+        load_snapshot(v.policy, snapshot(algo.actor.policy))
+        load_snapshot(p.critic, snapshot(v.critic))
+        return v, p
+
+    def local_learners(self):
+        return self.v, self.p
+
     # -- driver side -----------------------------------------------------------------
+    def gate_actor(self) -> None:
+        self.algo.controller.gate("actor")
+
+    def take_metrics(self, role: str) -> torch.Tensor:
+        return (self.v if role == "critic" else self.p).take_metrics()
+
+    def state_components(self):
+        with_replay = self.algo.config.checkpoint_replay
+        return {"v": StateAdapter(lambda: self.v.state_dict(with_replay), self.v.load_state_dict),
+                "p": StateAdapter(lambda: self.p.state_dict(with_replay), self.p.load_state_dict),
+                # the learners' networks as modules too (generic tools inspect nn.Module components;
+                # loading them again after the role states is idempotent)
+                "policy_net": self.p.policy, "critic_net": self.v.critic, "critic_target_net": self.v.target}
+
+    def after_restore(self) -> None:
+        load_snapshot(self.algo.actor.policy, snapshot(self.p.policy))
+        self.policy_box.put(snapshot(self.p.policy))
+        self.critic_box.put(snapshot(self.v.critic))
+
     def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
         self.inbox["critic"].append((batch, stats))
         self.inbox["policy"].append(({k: batch[k] for k in ("obs", "states", "valid") if k in batch}, stats))
@@ -102,15 +142,15 @@ class ThreadBackend:
         self._raise()
         for role in ("critic", "policy"):
             self._ingest(role)
-        load_snapshot(self.algo.actor.policy, snapshot(self.algo.p.policy))
+        load_snapshot(self.algo.actor.policy, snapshot(self.p.policy))
 
     def clear_replays(self) -> None:
         """Empty both learners' replays (a restore without them; the learners are
         parked between iterations, and pause() drained their inboxes)."""
         for box in self.inbox.values():
             box.clear()
-        self.algo.v.replay.clear()
-        self.algo.p.replay.clear()
+        self.v.replay.clear()
+        self.p.replay.clear()
 
     def close(self) -> None:
         self.stop.set()
@@ -127,7 +167,7 @@ class ThreadBackend:
 
     # -- learner threads -------------------------------------------------------------------
     def _ingest(self, role: str) -> None:
-        learner = self.algo.v if role == "critic" else self.algo.p
+        learner = self.v if role == "critic" else self.p
         box = self.inbox[role]
         stats = None
         while box:
@@ -140,17 +180,17 @@ class ThreadBackend:
         if role == "critic":   # V adopts π_p as π_v
             self.seen["critic"], snap = self.policy_box.get_if_newer(self.seen["critic"])
             if snap is not None:
-                load_snapshot(self.algo.v.policy, snap)
+                load_snapshot(self.v.policy, snap)
         else:                  # P adopts the V-learner's critic
             self.seen["policy"], snap = self.critic_box.get_if_newer(self.seen["policy"])
             if snap is not None:
-                load_snapshot(self.algo.p.critic, snap)
+                load_snapshot(self.p.critic, snap)
 
     def _publish(self, role: str) -> None:
         if role == "critic":
-            self.critic_box.put(snapshot(self.algo.v.critic))
+            self.critic_box.put(snapshot(self.v.critic))
         else:
-            self.policy_box.put(snapshot(self.algo.p.policy))
+            self.policy_box.put(snapshot(self.p.policy))
 
     def _loop(self, role: str) -> None:
         torch.set_num_threads(1)
@@ -163,7 +203,7 @@ class ThreadBackend:
                     self.parked[role].set()
                     self.running.wait(0.1)
                     continue
-                learner = algo.v if role == "critic" else algo.p
+                learner = self.v if role == "critic" else self.p
                 self._ingest(role)
                 self._sync(role)
                 if not learner.ready():
