@@ -140,17 +140,13 @@ def _build_classes():
         """PPOUpdate with rsl_rl's KL/lr rule, advantage normalisation, value loss,
         grad clipping, optimizer and minibatch order, each behind its switch."""
 
-        def make_optimizer(self, params):
-            sw = self.algo.switches
-            if "adam" in sw:
-                return torch.optim.Adam(params, lr=self.algo.configured_lr())
-            return super().make_optimizer(params)
+        algo = None   # the arm (ParityPPO.make_update_rule): its switches, storage and actor params
 
         def learn(self, batch):
             algo = self.algo
             sw, cfg, st, module = algo.switches, algo.config, algo.storage, algo.module
             B = algo.horizon * algo.env.num_envs
-            adv, targets, old_v, w = batch
+            adv, targets, old_v, w = batch.advantages, batch.value_targets, batch.old_values, batch.weights
             obs, actions, old_logp = st.flat("obs"), st.flat("actions"), st.flat("logp")
             if "advnorm" in sw:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -211,7 +207,7 @@ def _build_classes():
                             epoch_kl += float(((ratio.detach() - 1) - log_ratio.detach()).mean())
                 if "kl" not in sw and cfg.adaptive_lr_kl_target is not None:
                     self._adapt_lr(epoch_kl / cfg.num_minibatches)
-            algo.log_learner("curr_lr", algo.optimizer.param_groups[0]["lr"])
+            return {"curr_lr": algo.optimizer.param_groups[0]["lr"]}
 
     class ParityPPO(FastPPO):
         """FastPPO whose module, update and start are swapped per ``switches``
@@ -240,9 +236,16 @@ def _build_classes():
             m.unclipped = "noclip" in sw
             self.params = list(m.parameters())
             self.actor_params = [p for n, p in m.named_parameters() if not n.startswith("vf.")]
-            self.optimizer = self.update_rule.make_optimizer(self.params)
+            self.optimizer = (torch.optim.Adam(self.params, lr=self.configured_lr()) if "adam" in sw
+                              else self.UPDATE.make_optimizer(self.params, self.configured_lr(), self.config))
+            self.update_rule = self.make_update_rule()
             self._late_decorrelate = False
             self._decorrelate()
+
+        def make_update_rule(self):
+            rule = super().make_update_rule()
+            rule.algo = self
+            return rule
 
         def _decorrelate(self):
             if self._late_decorrelate:
