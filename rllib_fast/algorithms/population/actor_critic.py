@@ -23,7 +23,7 @@ from typing import Any, Dict
 
 import torch
 
-from ...core.stacked import StackedMLP, VectorAdam, clip_grads_per_member, member_broadcast as _b
+from ...core.stacked import StackedMLP, VectorAdam, clip_grads_per_member, member_broadcast
 from .base import PopulationAlgorithm
 from .replay import MemberReplay
 
@@ -94,7 +94,8 @@ class PopActorCritic(PopulationAlgorithm):
     def bellman_target(self, b: Dict[str, torch.Tensor], next_v: torch.Tensor) -> torch.Tensor:
         """``reward_scale * r + gamma * (1 - terminated) * V(s')`` per member (truncations bootstrap)."""
         hp = self.hp
-        return _b(hp["reward_scale"], next_v) * b["reward"] + _b(hp["gamma"], next_v) * b["not_done"] * next_v
+        scale, gamma = member_broadcast(hp["reward_scale"], next_v), member_broadcast(hp["gamma"], next_v)
+        return scale * b["reward"] + gamma * b["not_done"] * next_v
 
     def critic_loss(self, b: Dict[str, torch.Tensor], y: torch.Tensor) -> torch.Tensor:
         w = b["weight"]
@@ -114,7 +115,7 @@ class PopActorCritic(PopulationAlgorithm):
         entry keeps that member's target); a shared critic follows member 0."""
         ctau = (tau[:1] if self.shared_critic else tau).repeat(2)
         for p, t in zip(self.critic.parameters(), self.critic_t.parameters()):
-            t.add_(_b(ctau, p) * (p - t))
+            t.add_(member_broadcast(ctau, p) * (p - t))
 
     def clip(self, grads, twins: bool = False):
         """Each member's global gradient norm clipped to ``grad_clip``. ``twins``:

@@ -99,7 +99,7 @@ class PopulationAlgorithm(FastAlgorithm):
         self.last_pbt_info: Dict[str, Any] = {}
         self.episodes_logged = 0
         self.build_learner()
-        self._fused = FusedSteps(self._update_once, compile=cfg.compile, backend=cfg.compile_backend)
+        self._fused = FusedSteps(self.update_step, compile=cfg.compile, backend=cfg.compile_backend)
 
     @property
     def member_env_steps(self) -> int:
@@ -247,9 +247,6 @@ class PopulationAlgorithm(FastAlgorithm):
             self._fused(k)
             done += k
         self.num_updates += n_updates
-
-    def _update_once(self):
-        return self.update_step()
 
     # -- in-trial PBT ---------------------------------------------------------------------------------
     def select(self, fitness: np.ndarray):

@@ -55,6 +55,7 @@ class CEMRL(PopTD3):
         self.var = torch.full_like(self.mu, cfg.cem_initial_std ** 2)
         self.cem_noise = torch.full((), cfg.cem_initial_std ** 2, device=self.device)
         self.n_trained = int(round(cfg.cem_trained_fraction * self.K))
+        # only the trained part of the population moves (PopTD3.policy_mask applies it)
         self.train_mask = torch.arange(self.K, device=self.device) < self.n_trained
         self.num_elites = cfg.cem_num_elites or max(1, self.K // 2)
         self.prev_generation_steps = 0   # env steps of the last generation's episodes, all members
@@ -104,10 +105,6 @@ class CEMRL(PopTD3):
         self.cem_noise.mul_(cfg.cem_noise_decay).add_((1 - cfg.cem_noise_decay) * cfg.cem_final_noise)
 
     # -- one generation ---------------------------------------------------------------------------------------
-    def policy_mask(self) -> torch.Tensor:
-        """Only the trained part of the population moves (TD3's delay mask and the training mask)."""
-        return super().policy_mask() & self.train_mask
-
     def training_step(self) -> None:
         cfg = self.config
         params = self.sample_population()

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from ...core.qnets import ChannelsLastToFirst, resolve_trunk_kind
 from ...core.stacked import (StackedConv2d, StackedMLP, VectorAdam, clip_grads_per_member, copy_members,
-                             member_broadcast as _b)
+                             member_broadcast)
 from .base import PopulationAlgorithm
 from .config import PopDQNConfig
 from .replay import MemberReplay
@@ -88,7 +88,7 @@ class PopDQN(PopulationAlgorithm):
             return greedy
         shape = greedy.shape[1:]
         rand = self.rng.randint(self.num_actions, *shape)
-        take = self.rng.uniform(*shape) < _b(self.epsilon(), greedy)
+        take = self.rng.uniform(*shape) < member_broadcast(self.epsilon(), greedy)
         return torch.where(take, rand, greedy)
 
     def update_step(self) -> None:
@@ -102,7 +102,7 @@ class PopDQN(PopulationAlgorithm):
         with torch.no_grad():
             next_a = q_all[:, B:].argmax(-1, keepdim=True)
             next_v = self.q_t(b["next_obs"]).gather(2, next_a)[..., 0]
-            y = b["reward"] + _b(hp["gamma"], next_v) * b["not_done"] * next_v
+            y = b["reward"] + member_broadcast(hp["gamma"], next_v) * b["not_done"] * next_v
         w = b["weight"]
         loss = ((w * F.huber_loss(q_sa, y, delta=cfg.huber_delta, reduction="none")).sum(1)
                 / w.sum(1).clamp_min(1.0)).sum()
@@ -112,7 +112,7 @@ class PopDQN(PopulationAlgorithm):
         self.opt.step(grads)
         with torch.no_grad():
             for p, t in zip(self.q.parameters(), self.q_t.parameters()):
-                t.add_(_b(hp["tau"], p) * (p - t))
+                t.add_(member_broadcast(hp["tau"], p) * (p - t))
 
     @torch.no_grad()
     def exploit_members(self, src: torch.Tensor, dst: torch.Tensor) -> None:

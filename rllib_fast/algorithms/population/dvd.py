@@ -17,6 +17,7 @@ embeddings because ``K + jitter*I`` is positive definite.
 from __future__ import annotations
 
 import bisect
+from typing import Optional
 
 import torch
 
@@ -43,6 +44,7 @@ class DvD(PopTD3):
     def build_learner(self) -> None:
         super().build_learner()
         self.div_weight = torch.zeros((), device=self.device)   # a tensor: schedule changes never recompile
+        self.last_logdet: Optional[torch.Tensor] = None          # the last update's diversity, for the report
 
     def diversity_weight(self) -> float:
         sched = sorted((float(s), float(w)) for s, w in self.config.dvd_weight_schedule)
@@ -53,15 +55,22 @@ class DvD(PopTD3):
         self.div_weight.fill_(self.diversity_weight())
         super().learn(n_updates)
 
-    def policy_loss(self, b):
+    def update_step(self) -> None:
+        """TD3's update with the population's diversity as an extra policy loss term."""
+        batch, noise = self.sample_batch()
+        self.td3_step(batch, noise, extra_policy_loss=-self.div_weight * self.diversity_logdet())
+
+    def diversity_logdet(self) -> torch.Tensor:
+        """log det of the RBF kernel of the members' actions on shared states
+        (DvD's population diversity; kept as ``last_logdet`` for the report)."""
         cfg = self.config
         obs = self.replay.sample_obs(cfg.dvd_embedding_batch, self.rng)
         emb = self.pi(self.actor, obs.unsqueeze(0).expand(self.K, *obs.shape)).reshape(self.K, -1)
         self.last_logdet = rbf_logdet(emb, cfg.dvd_rbf_scale, cfg.dvd_jitter)
-        return self.actor_loss(b) - self.div_weight * self.last_logdet
+        return self.last_logdet
 
     def _report(self, n_updates, pbt_info) -> None:
         super()._report(n_updates, pbt_info)
         self.metrics.log_value(("population", "diversity_weight"), self.diversity_weight(), window=1)
-        if hasattr(self, "last_logdet"):
+        if self.last_logdet is not None:
             self.metrics.log_value(("population", "diversity_logdet"), self.last_logdet.detach(), window=1)

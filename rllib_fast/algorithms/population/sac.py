@@ -17,7 +17,7 @@ from typing import Any, Dict
 import torch
 
 from ...core.nets import squashed_gaussian
-from ...core.stacked import StackedMLP, VectorAdam, copy_members, member_broadcast as _b
+from ...core.stacked import StackedMLP, VectorAdam, copy_members, member_broadcast
 from ...core.state import StateAdapter
 from .actor_critic import PopActorCritic
 from .config import PopSACConfig
@@ -73,14 +73,15 @@ class PopSAC(PopActorCritic):
         alpha = self.log_alpha.exp()
         with torch.no_grad():
             na, nlogp = self.sample_pi(b["next_obs"], eps_next)
-            qt = torch.minimum(*self.twin_q(self.critic_t, b["next_obs"], na)) - _b(alpha, nlogp) * nlogp
+            qt = (torch.minimum(*self.twin_q(self.critic_t, b["next_obs"], na))
+                  - member_broadcast(alpha, nlogp) * nlogp)
             y = self.bellman_target(b, qt)
         self.critic_step(b, y)
         w = b["weight"]
         wsum = w.sum(1).clamp_min(1.0)
         a, logp = self.sample_pi(b["obs"], eps_pi)
         q1, q2 = self.twin_q(self.critic, b["obs"], a)
-        actor_loss = ((w * (_b(alpha, logp) * logp - torch.minimum(q1, q2))).sum(1) / wsum).sum()
+        actor_loss = ((w * (member_broadcast(alpha, logp) * logp - torch.minimum(q1, q2))).sum(1) / wsum).sum()
         grads = torch.autograd.grad(actor_loss, self.actor_params)
         self.actor_opt.step(self.clip(grads))
         target_entropy = -float(self.act_dim) * hp["target_entropy_scale"]

@@ -17,11 +17,11 @@ its target copy and the delayed update.
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 
-from ...core.stacked import StackedMLP, VectorAdam, copy_members, member_broadcast as _b
+from ...core.stacked import StackedMLP, VectorAdam, copy_members, member_broadcast
 from ...core.state import StateAdapter
 from .actor_critic import PopActorCritic
 from .config import PopTD3Config
@@ -43,6 +43,8 @@ class PopTD3(PopActorCritic):
                                     weight_decay=getattr(cfg, "weight_decay", 0.0), decoupled=True)
         # update counter on the device (TD3's delay test without a host value in the graph)
         self.update_counter = torch.zeros((), dtype=torch.int64, device=self.device)
+        #: ``[K]`` bool of the members whose policies train at all (CEM-RL trains a part); None: all
+        self.train_mask: Optional[torch.Tensor] = None
 
     def learner_components(self) -> Dict[str, Any]:
         return {**super().learner_components(), "actor_t": self.actor_t,
@@ -56,21 +58,24 @@ class PopTD3(PopActorCritic):
     def policy_actions(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         a = self.pi(self.actor, obs.float())
         if explore:
-            noise = self.rng.normal(*a.shape[1:]) * _b(self.hp["exploration_noise"], a)
+            noise = self.rng.normal(*a.shape[1:]) * member_broadcast(self.hp["exploration_noise"], a)
             a = (a + noise).clamp(-1.0, 1.0)
         return self.to_env_action(a)
 
     # -- learning --------------------------------------------------------------------------------------
     def update_step(self) -> None:
+        self.td3_step(*self.sample_batch())
+
+    def sample_batch(self):
+        """Every member's minibatch and its target-smoothing noise, from the members' streams."""
         batch = self.replay.sample(self.config.batch_size, self.rng)
-        noise = self.rng.normal(self.config.batch_size, self.act_dim)
-        self.td3_step(batch, noise)
+        return batch, self.rng.normal(self.config.batch_size, self.act_dim)
 
     def critic_targets(self, b: Dict[str, torch.Tensor], noise: torch.Tensor) -> torch.Tensor:
         hp = self.hp
         with torch.no_grad():
-            eps = (noise * _b(hp["target_noise"], noise))
-            clip = _b(hp["noise_clip"], noise)
+            eps = (noise * member_broadcast(hp["target_noise"], noise))
+            clip = member_broadcast(hp["noise_clip"], noise)
             eps = torch.maximum(torch.minimum(eps, clip), -clip)
             na = (self.pi(self.actor_t, b["next_obs"]) + eps).clamp(-1.0, 1.0)
             qt = torch.minimum(*self.twin_q(self.critic_t, b["next_obs"], na))
@@ -83,28 +88,31 @@ class PopTD3(PopActorCritic):
 
     def policy_mask(self) -> torch.Tensor:
         """``[K]`` bool: members whose policy (and targets) move this step — TD3's
-        per-member delay (``update_counter % policy_delay == 0``)."""
+        per-member delay (``update_counter % policy_delay == 0``), within ``train_mask``."""
         delay = self.hp["policy_delay"].round().clamp_min(1.0).long()
-        return torch.remainder(self.update_counter, delay) == 0
+        mask = torch.remainder(self.update_counter, delay) == 0
+        return mask if self.train_mask is None else mask & self.train_mask
 
-    def td3_step(self, b: Dict[str, torch.Tensor], noise: torch.Tensor) -> None:
+    def td3_step(self, b: Dict[str, torch.Tensor], noise: torch.Tensor,
+                 extra_policy_loss: Optional[torch.Tensor] = None) -> None:
         """One TD3 update of every member on batch ``b`` (``[K, B, ...]``) with
-        target-smoothing noise ``noise`` (``[K, B, A]`` standard normals)."""
+        target-smoothing noise ``noise`` (``[K, B, A]`` standard normals);
+        ``extra_policy_loss`` is added to the policy loss (DvD's diversity term)."""
         self.critic_step(b, self.critic_targets(b, noise))
         self.update_counter += 1
         mask = self.policy_mask()
-        grads = torch.autograd.grad(self.policy_loss(b), self.actor_params)
+        loss = self.actor_loss(b)
+        if extra_policy_loss is not None:
+            loss = loss + extra_policy_loss
+        grads = torch.autograd.grad(loss, self.actor_params)
         self.actor_opt.step(self.clip(grads), mask=mask)
         self.soft_update(mask)
-
-    def policy_loss(self, b: Dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.actor_loss(b)
 
     @torch.no_grad()
     def soft_update(self, mask: torch.Tensor) -> None:
         atau = self.hp["tau"] * mask.float()
         for p, t in zip(self.actor.parameters(), self.actor_t.parameters()):
-            t.add_(_b(atau, p) * (p - t))
+            t.add_(member_broadcast(atau, p) * (p - t))
         self.critic_soft_update(atau)   # a shared critic's targets follow member 0's delay schedule
 
     # -- PBT exploit ------------------------------------------------------------------------------------------
