@@ -113,3 +113,54 @@ def test_no_host_sync_in_rollout_or_minibatch_loop(gp, arm):
     if arm == "pql":   # its learner threads run nothing but the update loop
         learner_syncs = {t: c["syncs"] for t, c in counts["by_thread"].items() if t.startswith("pql-")}
         assert learner_syncs and not any(learner_syncs.values()), (learner_syncs, sites)
+
+
+# ------------------------------------------------------------------ one graph each (what CUDA graphs need)
+@pytest.fixture
+def aot_eager(monkeypatch):
+    """dynamo + AOTAutograd as inductor runs them, without code generation (fast on 2 cores)."""
+    from rllib_fast.core import compile as compile_mod
+
+    monkeypatch.setattr(compile_mod, "BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("env", ["Pendulum", "CartPole"])
+def test_act_step_and_whole_minibatch_step_are_one_graph_each(aot_eager, env):
+    from rllib_fast.algorithms.onpolicy import OnPolicyBatch
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+    from rllib_fast.core.compile import WholeGradientStep, graph_breaks
+
+    algo = FastPPOConfig().environment(env, num_envs=8).training(
+        rollout_length=8, num_epochs=2, num_minibatches=2, hidden_sizes=[32], compile=True).debugging(seed=1).build_algo()
+    algo.train()
+    rule = algo.update_rule
+    assert isinstance(rule.whole_step, WholeGradientStep)   # the minibatch step runs as one compiled function
+    assert graph_breaks(algo._act_step, algo.obs) == 0
+    st, B = algo.storage, algo.horizon * algo.env.num_envs
+    batch = OnPolicyBatch(st.flat("obs"), st.flat("actions"), st.flat("logp"), st.flat(algo.critic_key),
+                          torch.randn(B), torch.randn(B), torch.randn(B), None)
+    assert rule.whole_step.graph_breaks(batch, torch.randperm(B)[:B // 2], None) == 0
+    algo.stop()
+
+
+def test_whole_step_only_where_it_reimplements_the_step():
+    """Eager keeps the plain step; A2C (RMSprop) and HTSA2C (a before_apply hook)
+    keep the compiled loss with an eager backward and optimizer."""
+    from rllib_fast.algorithms.a2c import FastA2CConfig
+    from rllib_fast.algorithms.hts import HTSA2CConfig, HTSPPOConfig
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+
+    def rule(cls, compile):
+        algo = cls().environment("CartPole", num_envs=4).training(
+            rollout_length=4, hidden_sizes=[8], compile=compile).debugging(seed=0).build_algo()
+        r = algo.update_rule
+        algo.stop()
+        return r
+
+    assert rule(FastPPOConfig, False).whole_step is None
+    assert rule(HTSPPOConfig, True).whole_step is not None
+    assert rule(FastA2CConfig, True).whole_step is None
+    assert rule(HTSA2CConfig, True).whole_step is None

@@ -18,7 +18,7 @@ import ray
 import torch
 
 from ..core.algorithm import FastAlgorithm, FastConfig
-from ..core.compile import COMPILE, compiled
+from ..core.compile import COMPILE, compiled, whole_gradient_step
 from ..core.multi_learner import episode_report, log_learner_episodes
 from ..core.nets import ACTIVATIONS
 from ..core.params import POSITIVE_INT_LIST, Param
@@ -175,6 +175,9 @@ class UpdateRule:
         self.shuffle_generator = shuffle_generator
         #: the loss (forward included) as ``compile`` runs it: the same function when eager
         self.loss_fn = compiled(self.loss, compile, self.device)
+        #: under ``compile``, the whole gradient step as one graph where it can be (plain Adam,
+        #: no before_apply hook; one learner at call time): core.compile.WholeGradientStep
+        self.whole_step = whole_gradient_step(self, compile, self.device)
 
     @staticmethod
     def settings_from(config) -> Any:
@@ -199,6 +202,8 @@ class UpdateRule:
     def gradient_step(self, batch: OnPolicyBatch, idx: Optional[torch.Tensor],
                       denom: Optional[torch.Tensor]) -> torch.Tensor:
         """One minibatch's whole gradient step; returns the loss statistics."""
+        if self.whole_step is not None and self.learners.dist is None:
+            return self.whole_step(batch, idx, denom)
         loss, stats = self.loss_fn(batch, idx, denom)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -256,7 +261,10 @@ class OnPolicyConfig(FastConfig):
         "compile": COMPILE,
     }
 
-    def horizon(self) -> int:
+    def resolved_horizon(self) -> int:
+        """Env steps per env per iteration (the rollout's T): ``rollout_length``, or
+        under Stooke's rule ``total_batch_size // num_envs``. The algorithm keeps the
+        result as ``algo.horizon``."""
         if self.total_batch_size is not None:
             return max(1, self.total_batch_size // self.num_envs)
         return self.rollout_length
@@ -297,7 +305,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.optimizer = self.UPDATE.make_optimizer(self.params, self.configured_lr(), cfg)
         self.param_sync = LOCAL_PARAMETERS  # asynchronous learners swap in their central-store sync
         self.update_rule = self.make_update_rule()
-        self.horizon = cfg.horizon()
+        self.horizon = cfg.resolved_horizon()
         # The MLP policy sees flattened observations (`_normalize_obs`), so storage
         # holds them flat too (image sources such as MinAtar included).
         obs_shape, act_shape = (math.prod(env.obs_shape),), env.action_shape
