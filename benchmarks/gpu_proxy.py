@@ -171,7 +171,12 @@ class PQLArm(Arm):
             steps_per_iteration=s.steps, backend="thread", compile=s.compile, **kw).debugging(seed=0)
         cfg.min_sample_timesteps_per_iteration = 0
         self.shape = s
-        return cfg.build_algo()
+        algo = cfg.build_algo()
+        if s.compile:   # a learner thread compiling its first update on a loaded CPU outlasts the 60 s pause wait
+            import functools
+
+            algo.backend.pause = functools.partial(algo.backend.pause, timeout=3600.0)
+        return algo
 
     def iterate(self, algo) -> Tuple[int, int]:
         r = _learner(algo.train())
@@ -400,6 +405,12 @@ def report(rows: Dict[str, Dict[str, Any]], meta: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _save(out: str, rows: Dict[str, Any], meta: Dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out + ".json", "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1, default=str)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arms", default="fastppo,htsppo,pql,fastdqn,rsl_rl,rsl_rl_compiled")
@@ -409,29 +420,40 @@ def main(argv=None) -> int:
     p.add_argument("--no-split", action="store_true", help="count the base shape only (no per-phase fit)")
     p.add_argument("--tput-iters", type=int, default=5, help="interleaved timed iterations per arm (0: skip)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--compiled-only", action="store_true", help="count only the compiled runs (with --merge)")
+    p.add_argument("--merge", action="store_true", help="start from the rows of --out's JSON (an earlier run)")
     p.add_argument("--out", default=os.path.join(RESULTS, "gpu_proxy"))
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     names = [n for n in a.arms.split(",") if n]
     shape = Shape(num_envs=a.num_envs, steps=a.steps)
     rows: Dict[str, Dict[str, Any]] = {}
+    if a.merge and os.path.exists(a.out + ".json"):   # keep rows counted by an earlier run
+        with open(a.out + ".json") as f:
+            rows = json.load(f)["rows"]
     for name in names:
         arm = ARMS[name]()
         row = rows.setdefault(name, {"task": arm.task})
         t0 = time.perf_counter()
-        if name == "rsl_rl_compiled":
-            if a.no_compile:
-                continue
-            row["compiled"] = count_iterations(arm, shape)
-            row["eager"] = None
-        else:
-            row["eager"] = (count_iterations(arm, shape) if a.no_split else phase_counts(arm, shape))
-            if not a.no_compile and name != "rsl_rl":
-                row["compiled"] = count_iterations(arm, Shape(a.num_envs, a.steps, compile=True))
+        try:
+            if name == "rsl_rl_compiled":
+                if a.no_compile:
+                    continue
+                row["compiled"] = count_iterations(arm, shape)
+                row["eager"] = None
+            else:
+                if not a.compiled_only:
+                    row["eager"] = (count_iterations(arm, shape) if a.no_split else phase_counts(arm, shape))
+                if not a.no_compile and name != "rsl_rl":
+                    row["compiled"] = count_iterations(arm, Shape(a.num_envs, a.steps, compile=True))
+        except Exception as err:  # noqa: BLE001 - one arm's failure is reported, the others still run
+            row["error"] = repr(err)
+            print(f"{name}: failed: {err!r}", flush=True)
+        _save(a.out, rows, {})
         print(f"{name}: counted in {time.perf_counter() - t0:.0f} s: eager "
               f"{(row.get('eager') or {}).get('kernels')} kernels, {(row.get('eager') or {}).get('syncs')} syncs;"
               f" compiled {(row.get('compiled') or {}).get('kernels')}", flush=True)
-    if "rsl_rl_compiled" in rows and "rsl_rl" in rows:   # one row: rsl_rl eager and compiled
+    if "rsl_rl_compiled" in rows and "rsl_rl" in rows and rows["rsl_rl_compiled"].get("compiled"):
         rows["rsl_rl"]["compiled"] = rows.pop("rsl_rl_compiled")["compiled"]
     if a.tput_iters > 0:
         arms = []
@@ -441,6 +463,7 @@ def main(argv=None) -> int:
                 cname = "rsl_rl_compiled" if name == "rsl_rl" else name
                 cshape = shape if name == "rsl_rl" else Shape(a.num_envs, a.steps, compile=True)
                 arms.append((f"{name}:compiled", ARMS[cname](), cshape))
+        arms = [x for x in arms if not rows[x[0].split(":")[0]].get("error")]
         tp = throughput(arms, warmup=2, iters=a.tput_iters)
         for label, v in tp.items():
             name, kind = label.split(":")
@@ -456,9 +479,7 @@ def main(argv=None) -> int:
         pass
     text = report(rows, meta)
     print(text)
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out + ".json", "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1, default=str)
+    _save(a.out, rows, meta)
     with open(a.out + ".md", "w") as f:
         f.write(f"# GPU proxy: kernels and host syncs per iteration (`benchmarks/gpu_proxy.py`)\n\n"
                 f"{meta['date']}, torch {meta['torch']}, {a.threads} torch thread(s), N={a.num_envs}, "
