@@ -54,6 +54,6 @@ class FastA2CConfig(OnPolicyConfig):
         batch (``horizon * num_envs``) relative to ``lr_rule_base_batch``, capped
         at ``lr_rule_cap`` (Stooke & Abbeel's large-batch rule)."""
         if self.lr_rule == "sqrt":
-            batch = self.horizon() * self.num_envs
+            batch = self.resolved_horizon() * self.num_envs
             return min(self.lr_rule_cap, self.lr * math.sqrt(batch / self.lr_rule_base_batch))
         return self.lr

@@ -71,7 +71,7 @@ class FastAPPOConfig(FastPPOConfig):
     def validate_algorithm(self) -> None:
         super().validate_algorithm()
         validate_async(self)
-        share = self.horizon() * self.num_envs // max(1, self.num_async_learners)
+        share = self.resolved_horizon() * self.num_envs // max(1, self.num_async_learners)
         if share < self.num_minibatches:   # each sampler-learner splits its own batch
             self._value_error(f"FastAPPOConfig: `num_minibatches` = {self.num_minibatches} exceeds each learner's "
                               f"batch rollout_length*num_envs/num_async_learners = {share} (num_async_learners = "

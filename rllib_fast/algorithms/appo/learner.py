@@ -135,7 +135,7 @@ class AsyncLearnerActor(LearnerActor):
         cfg = self.config.copy(copy_frozen=False)
         # the horizon is the trial's (total_batch_size / the total num_envs): fixed before
         # num_envs becomes this learner's share, which would make it num_async_learners x longer
-        cfg.rollout_length, cfg.total_batch_size = self.config.horizon(), None
+        cfg.rollout_length, cfg.total_batch_size = self.config.resolved_horizon(), None
         cfg.num_envs = env_share(cfg.num_envs, cfg.num_async_learners, "num_async_learners", driver_cls.__name__)
         cfg.num_async_learners = 1  # this learner's own view: it steps its share alone
         cfg.seed = derive_seed(cfg.seed if cfg.seed is not None else 0, ASYNC_LEARNER, rank)

@@ -90,8 +90,8 @@ class HTSPPOConfig(FastPPOConfig):
 
         super().__init__(algo_class=algo_class or HTSPPO)
 
-    def horizon(self) -> int:
-        return self.sync_interval if self.sync_interval is not None else super().horizon()
+    def resolved_horizon(self) -> int:
+        return self.sync_interval if self.sync_interval is not None else super().resolved_horizon()
 
     def validate_algorithm(self) -> None:
         super().validate_algorithm()
@@ -110,8 +110,8 @@ class HTSA2CConfig(FastA2CConfig):
 
         super().__init__(algo_class=algo_class or HTSA2C)
 
-    def horizon(self) -> int:
-        return self.sync_interval if self.sync_interval is not None else super().horizon()
+    def resolved_horizon(self) -> int:
+        return self.sync_interval if self.sync_interval is not None else super().resolved_horizon()
 
     def validate_algorithm(self) -> None:
         super().validate_algorithm()

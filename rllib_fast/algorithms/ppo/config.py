@@ -49,7 +49,7 @@ class FastPPOConfig(OnPolicyConfig):
 
     def validate_algorithm(self) -> None:
         learners = max(1, int(self.num_learners or 0))
-        batch = self.horizon() * self.num_envs // learners   # each data-parallel learner splits its own share
+        batch = self.resolved_horizon() * self.num_envs // learners   # each data-parallel learner splits its own share
         if batch < self.num_minibatches:
             what = (f"each learner's batch rollout_length*num_envs/num_learners (num_learners = {learners})"
                     if learners > 1 else "the batch rollout_length*num_envs")
