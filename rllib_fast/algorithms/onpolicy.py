@@ -59,7 +59,7 @@ def resolve_normalize_obs(setting: Any, env: Any) -> bool:
     for normalisation."""
     if setting != "auto":
         return bool(setting)
-    hint = getattr(env, "normalize_obs_hint", None)
+    hint = env.normalize_obs_hint   # declared by TensorVecEnv (None: the source gives no advice)
     return True if hint is None else bool(hint)
 
 
