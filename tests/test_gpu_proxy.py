@@ -59,6 +59,13 @@ def test_counter_sees_inside_compiled_code():
     assert lc.by_op("kernel") == {"mm": 1}
     assert sum(lc.by_op("compiled").values()) == 1
     assert lc.kernels() == 2
+    # a later counter sees the same (cached, already wrapped) kernels, and a module
+    # inductor loads while recording (a recompile for another shape) is counted too
+    with LaunchCounter() as lc2:
+        with lc2.recording():
+            f(x, w)
+            f(x[:4], w)
+    assert sum(lc2.by_op("compiled").values()) == 2 and lc2.kernels() == 4
     torch._dynamo.reset()
 
 

@@ -104,6 +104,9 @@ def classify(func, args, kwargs) -> str:
     return "kernel"
 
 
+#: counters installed now, innermost last (the generated kernels' wrappers report to it)
+_INSTALLED: List["LaunchCounter"] = []
+
 _COMPOSITE: Dict[Any, bool] = {}
 
 
@@ -235,13 +238,26 @@ class LaunchCounter:
 
     @contextlib.contextmanager
     def recording(self) -> Iterator["LaunchCounter"]:
-        """Count what runs inside (after wrapping the generated kernels loaded so far)."""
+        """Count what runs inside (the generated kernels loaded so far are wrapped
+        now; a module inductor loads inside, e.g. after a recompile, on load)."""
         self.wrap_generated_kernels()
+        from torch._inductor.codecache import PyCodeCache
+
+        orig = PyCodeCache.__dict__["load_by_key_path"]
+        counter = self
+
+        def load_by_key_path(cls, *args, **kwargs):
+            mod = orig.__func__(cls, *args, **kwargs)
+            counter._wrap_module(mod)
+            return mod
+
+        PyCodeCache.load_by_key_path = classmethod(load_by_key_path)
         self.active = True
         try:
             yield self
         finally:
             self.active = False
+            PyCodeCache.load_by_key_path = orig
 
     def wrap_generated_kernels(self) -> int:
         """Make every inductor-generated kernel of the loaded modules count its
@@ -252,22 +268,26 @@ class LaunchCounter:
         except ImportError:  # pragma: no cover - inductor always ships with torch 2.x
             return 0
         mods = list(PyCodeCache.modules) + list(PyCodeCache.modules_no_attr.values())
+        return sum(self._wrap_module(mod) for mod in mods)
+
+    def _wrap_module(self, mod) -> int:
         n = 0
-        for mod in mods:
-            for name, fn in list(vars(mod).items()):
-                if not name.startswith(("cpp_fused", "cpp_kernel", "triton_")) or not callable(fn):
-                    continue
-                if getattr(fn, "_launch_counted", False):
-                    continue
-                setattr(mod, name, self._counting_kernel(name, fn))
-                n += 1
+        for name, fn in list(vars(mod).items()):
+            if not name.startswith(("cpp_fused", "cpp_kernel", "triton_")) or not callable(fn):
+                continue
+            if getattr(fn, "_launch_counted", False):
+                continue
+            setattr(mod, name, self._counting_kernel(name, fn))
+            n += 1
         return n
 
     def _counting_kernel(self, name: str, fn: Callable) -> Callable:
-        counter = self
-
+        # the wrapper stays in the module after this counter is gone (a later build may
+        # reuse the loaded module from inductor's in-process caches), so it reports to
+        # whichever counter is installed when it runs
         def kernel(*args, **kwargs):
-            if counter.active:
+            counter = _INSTALLED[-1] if _INSTALLED else None
+            if counter is not None and counter.active:
                 counter._add("compiled", name)
             return fn(*args, **kwargs)
 
@@ -289,6 +309,8 @@ class LaunchCounter:
         mode = _ThreadMode(self)
         mode.__enter__()
         self._undo.append(lambda: mode.__exit__(None, None, None))
+        _INSTALLED.append(self)
+        self._undo.append(lambda: _INSTALLED.remove(self))
 
         orig_run = threading.Thread.run
 
