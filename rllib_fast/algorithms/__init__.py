@@ -6,9 +6,9 @@ They are merged here in a fixed order, so a new family is one import plus one
 entry in ``_FAMILIES``, and a name claimed twice is an error rather than a
 silent override.
 """
-from . import a2c, appo, dqn, hts, population, ppo, pql
+from . import a2c, appo, dqn, hts, pop_ppo, population, ppo, pql
 
-_FAMILIES = (ppo, a2c, dqn, appo, pql, hts, population)
+_FAMILIES = (ppo, a2c, dqn, appo, pql, hts, population, pop_ppo)
 
 ALGORITHMS: dict = {}
 CONFIGS: dict = {}
@@ -27,6 +27,7 @@ from .dqn import EpsRainbow, EpsRainbowConfig, FastDQN, FastDQNConfig, Rainbow, 
 from .hts import HTSA2C, HTSA2CConfig, HTSPPO, HTSPPOConfig  # noqa: E402
 from .population import (CEMRL, CEMRLConfig, DvD, DvDConfig, PopDQN, PopDQNConfig, PopSAC,  # noqa: E402
                          PopSACConfig, PopTD3, PopTD3Config)
+from .pop_ppo import PopA2C, PopA2CConfig, PopPPO, PopPPOConfig  # noqa: E402
 from .ppo import FastPPO, FastPPOConfig  # noqa: E402
 from .pql import DDPGN, DDPGNConfig, PQL, PQLConfig, SACN, SACNConfig  # noqa: E402
 
@@ -35,6 +36,7 @@ __all__ = [
     "CEMRL", "CEMRLConfig", "DDPGN", "DDPGNConfig", "DvD", "DvDConfig", "EpsRainbow", "EpsRainbowConfig",
     "FastA2C", "FastA2CConfig", "FastA3C", "FastA3CConfig", "FastAPPO", "FastAPPOConfig", "FastDQN",
     "FastDQNConfig", "FastPPO", "FastPPOConfig", "HTSA2C", "HTSA2CConfig", "HTSPPO", "HTSPPOConfig", "PQL",
-    "PQLConfig", "PopDQN", "PopDQNConfig", "PopSAC", "PopSACConfig", "PopTD3", "PopTD3Config", "Rainbow",
+    "PQLConfig", "PopA2C", "PopA2CConfig", "PopDQN", "PopDQNConfig", "PopPPO", "PopPPOConfig", "PopSAC",
+    "PopSACConfig", "PopTD3", "PopTD3Config", "Rainbow",
     "RainbowConfig", "SACN", "SACNConfig",
 ]

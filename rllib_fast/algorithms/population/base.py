@@ -236,6 +236,10 @@ class PopulationAlgorithm(FastAlgorithm):
             self.obs = step.obs
             self.env_steps += env.num_envs
 
+    def trained_env_steps(self, n_updates: int) -> int:
+        """Transitions ``n_updates`` update steps trained on (all members)."""
+        return n_updates * self.config.batch_size * self.K
+
     def to_replay_action(self, action: torch.Tensor) -> torch.Tensor:
         return action
 
@@ -311,7 +315,8 @@ class PopulationAlgorithm(FastAlgorithm):
                                window=1)
         self.metrics.log_value(("population", "num_updates_lifetime"), self.num_updates, window=1)
         self.metrics.log_value(("population", "pbt_rounds"), self.pbt_rounds, window=1)
-        self.metrics.log_value(("population", "compile_time_s"), self._fused.compile_time_s, window=1)
+        self.metrics.log_value(("population", "compile_time_s"), getattr(getattr(self, "_fused", None),
+                                                                          "compile_time_s", 0.0), window=1)
         best_ret = float(fit[best]) if finite.size else math.nan
         self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN), best_ret, window=1)
         self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN), float(lens[best]), window=1)
@@ -324,6 +329,6 @@ class PopulationAlgorithm(FastAlgorithm):
         self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES_LIFETIME), episodes - self.episodes_logged,
                                reduce="lifetime_sum")
         self.episodes_logged = episodes
-        trained = n_updates * cfg.batch_size * self.K
+        trained = self.trained_env_steps(n_updates)
         self.log_trained_steps(trained)
         self.log_learner("num_updates_lifetime", self.num_updates)

@@ -1,0 +1,252 @@
+"""K PPO actor-critics as one stacked network, and the RLModule of one member.
+
+:class:`StackedActorCritic` holds only member-stacked tensors (every
+parameter and buffer has the member axis first): the policy and value MLPs
+(``core.stacked.StackedMLP``), the Gaussian log-std, and each member's
+observation, state and value normalisers (:class:`StackedRunningMeanStd`).
+That is what makes a PBT exploit one ``copy_members(ac, src, dst)``: a
+member's weights and its normalisers move together, as Tune's checkpoint
+exploit moves a FastPPO trial's module.
+
+Each member is initialised exactly as FastPPO's ``ActorCriticModule``
+(orthogonal init of ``core.nets.mlp``: policy then critic, member after
+member, in one RNG order), so member 0 of a population starts from the
+weights a FastPPO run of the same seed starts from.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ...core.nets import mlp
+from ...core.policy_module import live_module
+from ...core.stacked import StackedMLP, member_tensors
+from ..actor_critic import ActorCriticModule
+from ..population.module import PopulationPolicyModule
+
+_LOG_2PI = math.log(2 * math.pi)
+
+
+class StackedRunningMeanStd(nn.Module):
+    """K running mean/std normalisers (``core.normalize.RunningMeanStd``
+    member by member, with the same float64 arithmetic): ``mean``/``var``
+    ``[K, *shape]``, ``count`` ``[K]``. Inputs are ``[K, B, *shape]``."""
+
+    def __init__(self, num_members: int, shape: Sequence[int] = (), epsilon: float = 1e-4, clip: float = 10.0):
+        super().__init__()
+        self.clip, self.shape = clip, tuple(shape)
+        self.register_buffer("mean", torch.zeros((num_members, *self.shape), dtype=torch.float64))
+        self.register_buffer("var", torch.ones((num_members, *self.shape), dtype=torch.float64))
+        self.register_buffer("count", torch.full((num_members,), epsilon, dtype=torch.float64))
+
+    def _b(self, v: torch.Tensor) -> torch.Tensor:
+        """``[K]`` -> broadcastable over ``[K, *shape]``."""
+        return v.view(-1, *([1] * len(self.shape)))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> None:
+        """Merge each member's batch ``x[k]`` (``mask[k]``: rows to count) into its statistics."""
+        K = self.mean.shape[0]
+        x = x.reshape(K, -1, *self.shape).to(torch.float64)
+        w = (torch.ones(x.shape[:2], dtype=torch.float64, device=x.device) if mask is None
+             else mask.reshape(K, -1).to(torch.float64))
+        wv = w.view(*w.shape, *([1] * len(self.shape)))
+        d = x - self.mean.unsqueeze(1)
+        n = w.sum(1).clamp_min(1e-8)
+        mean_d = (d * wv).sum(1) / self._b(n)
+        batch_var = (d * d * wv).sum(1) / self._b(n) - mean_d ** 2
+        total = self.count + n
+        # RunningMeanStd's operations in its order (a population of one normalises bit for bit as FastPPO)
+        self.mean.add_(mean_d * self._b(n) / self._b(total))
+        m2 = (self.var * self._b(self.count) + batch_var * self._b(n)
+              + mean_d ** 2 * self._b(self.count) * self._b(n) / self._b(total))
+        self.var.copy_(m2 / self._b(total))
+        self.count.copy_(total)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """``[K, B, *shape]`` -> normalised with each member's own statistics (clipped)."""
+        std = torch.sqrt(self.var + 1e-8).to(x.dtype).unsqueeze(1)
+        return ((x - self.mean.to(x.dtype).unsqueeze(1)) / std).clamp(-self.clip, self.clip)
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        std = torch.sqrt(self.var + 1e-8).to(x.dtype).unsqueeze(1)
+        return x * std + self.mean.to(x.dtype).unsqueeze(1)
+
+
+class StackedActorCritic(nn.Module):
+    """K separate actor and critic MLPs (FastPPO's ``ActorCriticModule`` per member).
+
+    Hot-path methods take member-major tensors ``[K, B, ...]``."""
+
+    def __init__(self, K: int, obs_dim: int, action_space: gym.Space, hidden: Sequence[int], activation: str,
+                 init_log_std: float = 0.0, state_dependent_std: bool = False, state_dim: Optional[int] = None,
+                 normalize_obs: bool = True):
+        super().__init__()
+        self.K = K
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.state_dependent_std = state_dependent_std and not self.discrete
+        self.act_dim = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
+        out = self.act_dim * (2 if self.state_dependent_std else 1)
+        self.init_log_std = float(init_log_std)
+        if not self.discrete and not self.state_dependent_std:
+            self.log_std = nn.Parameter(torch.full((K, self.act_dim), float(init_log_std)))
+        critic_dim = obs_dim if state_dim is None else int(state_dim)
+        # members' networks drawn as FastPPO draws its one (policy, then critic), member by member
+        pis, vfs = [], []
+        for _ in range(K):
+            pis.append(mlp(obs_dim, hidden, out, activation, out_gain=0.01))
+            vfs.append(mlp(critic_dim, hidden, 1, activation, out_gain=1.0))
+        with torch.random.fork_rng(devices=[]):   # the stacks' own init is overwritten: keep the stream
+            self.pi = StackedMLP(K, obs_dim, hidden, out, activation)
+            self.vf = StackedMLP(K, critic_dim, hidden, 1, activation)
+        self.pi.load_members(pis)
+        self.vf.load_members(vfs)
+        self.normalize_obs = bool(normalize_obs)
+        self.asymmetric = state_dim is not None
+        self.obs_norm = StackedRunningMeanStd(K, (obs_dim,))
+        if self.asymmetric:
+            self.state_norm = StackedRunningMeanStd(K, (critic_dim,))
+        self.value_norm = StackedRunningMeanStd(K, (), clip=math.inf)
+
+    def run(self, net: StackedMLP, x: torch.Tensor) -> torch.Tensor:
+        """``net`` over ``[K, B, in]``: one batched matmul per layer for all
+        members. One member runs ``nn.Linear``'s own kernel instead (its weight
+        in ``nn.Linear``'s ``[out, in]`` layout): ``baddbmm`` and ``addmm`` round
+        differently (measured 2e-9 in a forward, 2e-7 in a gradient), and a
+        population of one is meant to be FastPPO's run bit for bit."""
+        if self.K > 1:
+            return net(x)
+        h, n = x[0], len(net.layers)
+        for i, layer in enumerate(net.layers):
+            h = F.linear(h, layer.weight[0].t().contiguous(), layer.bias[0, 0])
+            if i < n - 1:
+                h = net.act(h)
+        return h.unsqueeze(0)
+
+    # -- inputs -------------------------------------------------------------------------
+    def policy_input(self, obs: torch.Tensor) -> torch.Tensor:
+        """Raw ``[K, B, ...]`` observations as the policies see them (flat, float,
+        normalised by each member's statistics when ``normalize_obs``)."""
+        obs = obs.float().reshape(obs.shape[0], obs.shape[1], -1)
+        return self.obs_norm.normalize(obs) if self.normalize_obs else obs
+
+    def critic_input(self, states: torch.Tensor) -> torch.Tensor:
+        states = states.float().reshape(states.shape[0], states.shape[1], -1)
+        return self.state_norm.normalize(states) if self.normalize_obs else states
+
+    # -- distribution --------------------------------------------------------------------
+    def dist_params(self, obs_n: torch.Tensor):
+        out = self.run(self.pi, obs_n)
+        if self.discrete:
+            return out, None
+        if self.state_dependent_std:
+            mean, log_std = out.split(self.act_dim, dim=-1)
+            return mean, (log_std + self.init_log_std).clamp(-20.0, 2.0)
+        return out, self.log_std.unsqueeze(1).expand_as(out)
+
+    def sample(self, obs_n: torch.Tensor, deterministic: bool = False):
+        """Actions ``[K, B, ...]`` and their log-probabilities ``[K, B]``: the
+        draws FastPPO makes (one ``rand_like``/``randn_like`` over all envs)."""
+        p, log_std = self.dist_params(obs_n)
+        if self.discrete:
+            logp_all = F.log_softmax(p, dim=-1)
+            if deterministic:
+                a = p.argmax(-1)
+            else:
+                g = -torch.log(-torch.log(torch.rand_like(p).clamp_(1e-20, 1.0)))
+                a = (logp_all + g).argmax(-1)
+            return a, logp_all.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+        a = p if deterministic else p + torch.randn_like(p) * log_std.exp()
+        return a, ActorCriticModule.gauss_logp(a, p, log_std)
+
+    def evaluate_actions(self, obs_n: torch.Tensor, actions: torch.Tensor):
+        p, log_std = self.dist_params(obs_n)
+        if self.discrete:
+            logp_all = F.log_softmax(p, dim=-1)
+            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            return logp, -(logp_all.exp() * logp_all).sum(-1)
+        logp = ActorCriticModule.gauss_logp(actions, p, log_std)
+        return logp, (0.5 + 0.5 * _LOG_2PI + log_std).sum(-1)
+
+    def value(self, critic_in: torch.Tensor) -> torch.Tensor:
+        """``[K, B]`` values in each member's normalised-return units."""
+        return self.run(self.vf, critic_in).squeeze(-1)
+
+
+class PopPPOPolicyModule(PopulationPolicyModule):
+    """One PopPPO member's greedy policy (raw observations in, env actions
+    out; its own observation normalisation and action scaling included).
+
+    ``model_config``: members, member, obs_dim, hidden_sizes, activation,
+    init_log_std, std_mode, normalize_obs, state_dim (the critic's input
+    width, so a saved module rebuilds; the policy reads observations only)."""
+
+    def setup(self) -> None:
+        mc = dict(self.model_config)
+        self.members, self.member = int(mc["members"]), int(mc["member"])
+        if not 0 <= self.member < self.members:
+            raise ValueError(f"PopPPOPolicyModule: member={self.member}; allowed: 0..{self.members - 1}")
+        with torch.random.fork_rng(devices=[]):
+            self.net = StackedActorCritic(self.members, int(mc["obs_dim"]), self.action_space,
+                                          tuple(mc["hidden_sizes"]), mc["activation"], mc.get("init_log_std", 0.0),
+                                          mc.get("std_mode") == "state_dependent", mc.get("state_dim"),
+                                          bool(mc.get("normalize_obs", True)))
+        if not self.net.discrete:
+            self.register_buffer("act_low", torch.as_tensor(self.action_space.low, dtype=torch.float32))
+            self.register_buffer("act_high", torch.as_tensor(self.action_space.high, dtype=torch.float32))
+
+    def greedy(self, obs: torch.Tensor):
+        x = obs.unsqueeze(0).expand(self.members, *obs.shape)
+        a, _ = self.net.sample(self.net.policy_input(x), deterministic=True)
+        a = a[self.member]
+        if self.net.discrete:
+            return a, self.net.dist_params(self.net.policy_input(x))[0][self.member]
+        env_a = to_env_action(a, self.act_low, self.act_high)
+        return env_a, env_a
+
+    @torch.no_grad()
+    def select(self, member: Optional[int] = None) -> "PopPPOPolicyModule":
+        m = self.member if member is None else int(member)
+        if not 0 <= m < self.members:
+            raise ValueError(f"member={m} is out of range; this population has members 0..{self.members - 1}")
+        mc = {**dict(self.model_config), "members": 1, "member": 0}
+        out = type(self)(observation_space=self.observation_space, action_space=self.action_space,
+                         inference_only=True, model_config=mc)
+        out = out.to(next(self.net.parameters()).device)
+        for dst, src in zip(member_tensors(out.net), member_tensors(self.net)):
+            dst.copy_(src[m:m + 1])
+        return out
+
+
+def to_env_action(a: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """[-1, 1] policy units -> the env's Box (as FastPPO's ``to_env_action``)."""
+    return low + (a.clamp(-1.0, 1.0) + 1.0) * 0.5 * (high - low)
+
+
+def pop_ppo_policy_module(algo, member: Optional[int] = None) -> PopPPOPolicyModule:
+    """The live greedy module of a PopPPO: the best member by fitness, or ``member``."""
+    if member is not None and not (isinstance(member, int) and 0 <= member < algo.K):
+        raise ValueError(f"get_module: member={member!r}; allowed: None (the best member) or 0..{algo.K - 1}")
+    cfg, env = algo.config, algo.env
+    index = 0 if algo.K == 1 else (algo.best_member() if member is None else member)
+    mc = {"members": algo.K, "member": index, "obs_dim": algo.obs_dim, "hidden_sizes": list(cfg.hidden_sizes),
+          "activation": cfg.activation, "init_log_std": cfg.init_log_std, "std_mode": cfg.std_mode,
+          "normalize_obs": algo.normalize_obs, "state_dim": algo.state_dim}
+    net = algo.ac
+
+    def build():
+        return PopPPOPolicyModule(observation_space=env.single_observation_space,
+                                  action_space=env.single_action_space, inference_only=True, model_config=mc)
+
+    def attach(m):
+        m.net = net
+
+    return live_module(algo, (net, index), build, attach)
+
+
