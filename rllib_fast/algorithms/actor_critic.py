@@ -16,17 +16,17 @@ import numpy as np
 import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
-from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 from torch.nn import functional as F
 
 from ..core.nets import mlp
 from ..core.normalize import RunningMeanStd
+from ..core.rl_module_base import FastTorchRLModule
 
 _LOG_2PI = math.log(2 * math.pi)
 
 
-class ActorCriticModule(TorchRLModule, ValueFunctionAPI):
+class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
     """Separate actor and critic MLPs.
 
     ``model_config``: hidden_sizes, activation, std_mode, init_log_std,

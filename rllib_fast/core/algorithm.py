@@ -105,6 +105,10 @@ class FastConfig(AlgorithmConfig):
         self.framework_str = "torch"
         # greedy evaluation by default; `evaluation(evaluation_config={"explore": True})` changes it
         self.evaluation_config = {"explore": False}
+        # Tune's per-trainable system monitor (perf/cpu_util_percent, perf/ram_util_percent, GPU
+        # load with GPUtil) is off by default: without GPUtil every algorithm logged "Install gputil
+        # for GPU system monitoring." at build. `config.debugging(log_sys_usage=True)` turns it on.
+        self.log_sys_usage = False
 
     # -- spec helpers ---------------------------------------------------------
     @classmethod
@@ -212,6 +216,23 @@ class FastConfig(AlgorithmConfig):
                               "is not supported; allowed: 'episodes'")
         self.validate_algorithm()
         self._validate_against_env()
+
+    def _validate_new_api_stack_settings(self) -> None:
+        """RLlib's checks of its new-API-stack machinery, which a FastAlgorithm does not run.
+
+        Overrides ``AlgorithmConfig``'s: those checks concern RLlib's EnvRunners,
+        connectors, Learners and RLModule catalogs (a FastAlgorithm builds none of
+        them: see the module docstring), and the first of them logged "You are running
+        FastPPO on the new API stack! ..." at every build -- about RLlib, not about
+        the user's config. What stays checked is the stack switch itself: RLlib's
+        ``Algorithm`` code that we do run (train loop, results, checkpoints) follows
+        the new-stack branches; with ``api_stack(False, False)`` FastPPO's first
+        ``train()`` did not return within 4 minutes (CartPole, 16 envs)."""
+        if not (self.enable_rl_module_and_learner and self.enable_env_runner_and_connector_v2):
+            self._value_error(f"{type(self).__name__}: `api_stack` = (enable_rl_module_and_learner="
+                              f"{self.enable_rl_module_and_learner}, enable_env_runner_and_connector_v2="
+                              f"{self.enable_env_runner_and_connector_v2}); allowed: both True (the default: rllib_fast "
+                              "algorithms run on RLlib's new API stack's Algorithm code)")
 
     def _validate_against_env(self) -> None:
         """What the algorithm needs of its env's spaces (its ``ACTION_SPACE``, critic

@@ -29,6 +29,7 @@ from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISO
 from .distributed import DistributedContext, free_port
 from .guard import UpdateGuard, rollback_to
 from .learner_actor import LearnerActor, close_actors
+from .local_ray import ensure_ray
 from .seeding import LEARNER, derive_seed
 
 # The rank of the learner this process hosts when it is a remote learner (1..L-1);
@@ -152,6 +153,7 @@ class DataParallelGroup:
         gpus = cfg.num_gpus_per_learner or 0
         state = cfg.get_state()
         self.world_size = world_size
+        ensure_ray()   # a plain script's build: a local Ray of our own (else .remote() starts one, noisily)
         self.remotes = [RemoteLearner.options(num_cpus=cpus, num_gpus=gpus).remote(type(algo), state, r, world_size)
                         for r in range(1, world_size)]
         init_method = f"tcp://{ray.util.get_node_ip_address()}:{free_port()}"

@@ -23,10 +23,11 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import gymnasium as gym
 import torch
 from ray.rllib.core.columns import Columns
-from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+
+from .rl_module_base import FastTorchRLModule
 
 
-class GreedyPolicyModule(TorchRLModule):
+class GreedyPolicyModule(FastTorchRLModule):
     """Subclasses implement :meth:`greedy` (raw observations -> (env actions,
     action-distribution inputs or None)). The algorithm explores itself, so
     exploration and training forwards give the greedy action too."""

@@ -26,6 +26,7 @@ from ray.rllib.utils.metrics import NUM_EPISODES
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from ...core.learner_actor import close_actors
+from ...core.local_ray import ensure_ray
 from ...core.multi_learner import log_learner_episodes
 from ...core.param_server import start_parameter_server
 from ..a2c.algorithm import A2CUpdate, FastA2C
@@ -65,8 +66,7 @@ class AsyncDriver(OnPolicyAlgorithm):
         """Outside a Tune placement group, fail clearly instead of waiting
         forever for CPUs the cluster does not have."""
         cfg = self.config
-        if not ray.is_initialized():
-            ray.init(include_dashboard=False)
+        ensure_ray()   # a plain script's build: a local Ray of our own
         if ray.util.get_current_placement_group() is not None:
             return
         need_cpu = cfg.num_async_learners * cfg.num_cpus_per_async_learner

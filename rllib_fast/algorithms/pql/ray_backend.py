@@ -47,6 +47,7 @@ import torch
 
 from ...core.distributed import free_port
 from ...core.learner_actor import LearnerActor, close_actors
+from ...core.local_ray import ensure_ray
 from ...core.ratio import LimitGate
 from ...core.seeding import PQL_LEARNER, derive_seed
 from ...core.state import StateAdapter
@@ -270,8 +271,7 @@ class RayBackend(PQLBackend):
         v_fields, p_fields = cfg.replay_fields(algo.dims.obs_dim, algo.dims.act_dim, algo.dims.state_dim)
         cap = (algo.capacity // algo.env.num_envs) * algo.env.num_envs
         self.replay_bytes = replay_bytes(cap, v_fields) + replay_bytes(cap, p_fields)
-        if not ray.is_initialized():
-            ray.init(include_dashboard=False, log_to_driver=False)
+        ensure_ray(log_to_driver=False)   # a plain script's build: a local Ray of our own
         pg = get_current_placement_group()
         init = {"policy": _cpu(snapshot(algo.actor.policy)), "critic": _cpu(snapshot(initial_critic))}
         gpus = {"critic": cfg.num_gpus_per_v_learner, "policy": cfg.num_gpus_per_p_learner}

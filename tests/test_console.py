@@ -1,0 +1,185 @@
+"""A console without noise: what building an algorithm, starting Ray and the demo print.
+
+Issue 28: a plain script's ``build_algo()`` printed RLlib's "You are running FastPPO on
+the new API stack!", Ray's RLModuleConfig deprecation notice and "Install gputil for GPU
+system monitoring."; local Rays announced their token authentication in a 245-character
+line; ``env_device='cuda'`` without CUDA failed deep in torch. Ray logs most of these once
+per process (``log_once``), so the in-process tests reset that key first and listen on the
+logger Ray writes to; the plain-script test runs in a fresh process.
+"""
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from ray.util.debug import reset_log_once
+
+from rllib_fast.tune.plan import fast_algorithms
+
+ALGORITHMS = sorted(fast_algorithms())
+NO_CUDA = not torch.cuda.is_available()
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def listen():
+    """``listen(logger_name) -> list of its messages`` while the test runs."""
+    attached = []
+
+    def attach(name):
+        handler, log = _Records(), logging.getLogger(name)
+        log.addHandler(handler)
+        attached.append((log, handler))
+        return handler.messages
+
+    yield attach
+    for log, handler in attached:
+        log.removeHandler(handler)
+
+
+def _config(name, **env):
+    cls = fast_algorithms()[name]
+    kind = getattr(cls, "ACTION_SPACE", None)
+    return cls.get_default_config().environment("CartPole" if kind == "discrete" else "Pendulum", **env)
+
+
+# -- building from a plain script -----------------------------------------------------------------------
+def test_plain_script_build_prints_nothing_of_rllibs(tmp_path):
+    """The issue's script (FastPPO, then FastDQN and both get_module() kinds) in a fresh process:
+    none of the three RLlib/Ray notices, no warning at all."""
+    script = textwrap.dedent("""
+        import rllib_fast
+        from rllib_fast.algorithms.dqn import FastDQNConfig
+        from rllib_fast.algorithms.ppo import FastPPOConfig
+        for cfg in (FastPPOConfig().environment("CartPole", num_envs=16),
+                    FastDQNConfig().environment("CartPole", num_envs=16)):
+            algo = cfg.build_algo()
+            algo.get_module()
+            algo.stop()
+        print("BUILT")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "BUILT" in proc.stdout, out[-3000:]
+    for noise in ("new API stack", "DeprecationWarning", "gputil", "WARNING"):
+        assert noise not in out, out
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_validation_announces_no_api_stack(name, listen):
+    """Every registered algorithm: RLlib's "You are running X on the new API stack!" is gone."""
+    cfg = _config(name)
+    reset_log_once(f"{cfg.algo_class.__name__}_on_new_api_stack")
+    messages = listen("ray.rllib.algorithms.algorithm_config")
+    cfg.validate()
+    assert not [m for m in messages if "new API stack" in m], messages
+
+
+def test_api_stack_switches_must_stay_on():
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+
+    cfg = FastPPOConfig().environment("CartPole").api_stack(enable_rl_module_and_learner=False,
+                                                             enable_env_runner_and_connector_v2=False)
+    with pytest.raises(ValueError) as err:
+        cfg.validate()
+    line = str(err.value).splitlines()[0]   # (RLlib's own hint how to skip validation follows)
+    assert "`api_stack`" in line and "allowed: both True" in line, line
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_system_monitor_off_by_default(name):
+    """Tune's UtilMonitor warned "Install gputil ..." at every build; it is opt-in now."""
+    assert _config(name).log_sys_usage is False
+    assert _config(name).debugging(log_sys_usage=True).log_sys_usage is True
+
+
+def test_build_starts_no_system_monitor(listen):
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+
+    messages = listen("ray.tune.utils.util")
+    algo = FastPPOConfig().environment("CartPole", num_envs=4).training(rollout_length=8).build_algo()
+    try:
+        assert not algo._monitor.is_alive()
+        assert not [m for m in messages if "gputil" in m], messages
+    finally:
+        algo.stop()
+
+
+def _module_kinds():
+    """One module of each base: the on-policy actor-critic and the greedy-policy wrapper."""
+    import gymnasium as gym
+
+    from rllib_fast.algorithms.actor_critic import ActorCriticModule
+    from rllib_fast.algorithms.dqn import FastDQNConfig
+    from rllib_fast.algorithms.dqn.module import QPolicyModule, q_model_config
+
+    box = gym.spaces.Box(-1.0, 1.0, (3,))
+    yield lambda: ActorCriticModule(observation_space=box, action_space=gym.spaces.Box(-1.0, 1.0, (1,)),
+                                    model_config={"hidden_sizes": [8]})
+    yield lambda: QPolicyModule(observation_space=box, action_space=gym.spaces.Discrete(2),
+                                model_config=q_model_config(FastDQNConfig()))
+
+
+def test_rl_modules_build_without_rays_deprecation_notice(listen):
+    from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+
+    from rllib_fast.core.rl_module_base import RLMODULE_CONFIG_MESSAGE
+
+    messages = listen("ray._common.deprecation")
+
+    class PlainModule(TorchRLModule):   # RLlib's base as is: the notice this test must be able to see
+        pass
+
+    reset_log_once(RLMODULE_CONFIG_MESSAGE)
+    PlainModule(observation_space=None, action_space=None, model_config={})
+    assert any(RLMODULE_CONFIG_MESSAGE in m for m in messages), messages
+    for build in _module_kinds():
+        messages.clear()
+        reset_log_once(RLMODULE_CONFIG_MESSAGE)
+        build()
+        assert not [m for m in messages if RLMODULE_CONFIG_MESSAGE in m], messages
+    # only while our modules are built: afterwards Ray's notice is back for everyone else
+    reset_log_once(RLMODULE_CONFIG_MESSAGE)
+    messages.clear()
+    PlainModule(observation_space=None, action_space=None, model_config={})
+    assert any(RLMODULE_CONFIG_MESSAGE in m for m in messages), messages
+
+
+def test_ensure_ray_drops_only_the_token_enabled_notice(monkeypatch, listen):
+    """The local Ray an algorithm starts for its actors (FastAPPO, PQL backend='ray',
+    num_learners > 1) keeps Ray's token authentication; only Ray's 245-character notice
+    that it is on is dropped, and only during that ray.init (the real start: PQL's test)."""
+    import ray
+
+    from rllib_fast.core import local_ray
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    seen = listen(local_ray.AUTH_LOGGER)
+    log = logging.getLogger(local_ray.AUTH_LOGGER)
+    calls = []
+
+    def fake_init(**kwargs):   # what Ray 2.60's ray.init logs for a new local cluster
+        calls.append(kwargs)
+        log.warning(local_ray.AUTH_ENABLED_NOTICE + ". Set RAY_AUTH_MODE=disabled to opt out.")
+        log.warning("Token authentication is disabled for this Ray cluster. Anyone with network access ...")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake_init)
+    assert local_ray.ensure_ray(log_to_driver=False) is True
+    assert calls == [{"include_dashboard": False, "log_to_driver": False}]
+    assert seen == ["Token authentication is disabled for this Ray cluster. Anyone with network access ..."]
+    log.warning(local_ray.AUTH_ENABLED_NOTICE + " (after)")   # outside ensure_ray: shown
+    assert seen[-1].endswith("(after)")
