@@ -231,8 +231,8 @@ class FastConfig(AlgorithmConfig):
         if not (self.enable_rl_module_and_learner and self.enable_env_runner_and_connector_v2):
             self._value_error(f"{type(self).__name__}: `api_stack` = (enable_rl_module_and_learner="
                               f"{self.enable_rl_module_and_learner}, enable_env_runner_and_connector_v2="
-                              f"{self.enable_env_runner_and_connector_v2}); allowed: both True (the default: rllib_fast "
-                              "algorithms run on RLlib's new API stack's Algorithm code)")
+                              f"{self.enable_env_runner_and_connector_v2}); allowed: both True (the default: "
+                              "rllib_fast algorithms run on RLlib's new API stack's Algorithm code)")
 
     def _validate_against_env(self) -> None:
         """What the algorithm needs of its env's spaces (its ``ACTION_SPACE``, critic
