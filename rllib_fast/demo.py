@@ -47,11 +47,19 @@ def run_task(task: str, args, storage: str, recorder, curves) -> Dict:
     from ray import tune
     from ray.tune.schedulers import PopulationBasedTraining
 
-    from .tune.session import progress_reporter, temporary_env
+    from .tune.progress import MilestoneProgress
+    from .tune.session import temporary_env
 
+    budget = args.env_steps or TASKS[task][STEP_KEY]
+    mutations = {"lr": tune.loguniform(1e-4, 5e-3), "clip_param": [0.1, 0.2, 0.3]}
+    print(f"\n[{task}] PBT over FastPPO: {args.trials} trials of {budget:,} env steps, {' and '.join(mutations)} "
+          f"mutated every {args.perturbation_interval} iterations", flush=True)
+    # progress on events (milestones, PBT exploits, ends), not Tune's tables on a clock: the
+    # output's length then does not grow with the machine's load (see tune/progress.py)
+    progress = MilestoneProgress(f"[{task}]", budget, keys=list(mutations))
     pbt = PopulationBasedTraining(
         time_attr="training_iteration", perturbation_interval=args.perturbation_interval,
-        hyperparam_mutations={"lr": tune.loguniform(1e-4, 5e-3), "clip_param": [0.1, 0.2, 0.3]},
+        hyperparam_mutations=mutations,
         quantile_fraction=0.5)
     tuner = tune.Tuner(
         "FastPPO", param_space=build_param_space(task, args.num_envs),
@@ -59,14 +67,14 @@ def run_task(task: str, args, storage: str, recorder, curves) -> Dict:
                                     reuse_actors=True,  # short trial folders: the printed paths stay readable
                                     trial_dirname_creator=lambda trial: f"{trial.trainable_name}_{trial.trial_id}"),
         run_config=tune.RunConfig(
-            name=f"demo-{task}", storage_path=storage, callbacks=[recorder, curves],
+            name=f"demo-{task}", storage_path=storage, callbacks=[recorder, curves, progress],
             stop=({STEP_KEY: args.env_steps} if args.env_steps else TASKS[task]),
             checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=args.perturbation_interval,
                                                     checkpoint_at_end=True),  # PBT exploits older ones: keep all
-            # a few columns and the two mutated hyperparameters, not the whole config per line
-            progress_reporter=progress_reporter(extra=["lr", "clip_param"], max_report_frequency=60),
-            verbose=1))
-    with temporary_env("RAY_AIR_NEW_OUTPUT", "0"):  # Tune's newer output would drop the reporter
+            verbose=0))
+    # Tune's newer console output prints its experiment box and a TensorBoard command for Ray's
+    # session folder even at verbose=0; the classic output prints nothing at verbose=0
+    with temporary_env("RAY_AIR_NEW_OUTPUT", "0"):
         results = tuner.fit()
     best = results.get_best_result(metric=RETURN_KEY, mode="max", scope="all")
     return {"task": task, "return": best.metrics.get("env_runners", {}).get("episode_return_mean"),

@@ -415,10 +415,11 @@ def test_console_scripts_subprocess(tmp_path):
 
 # -- readable console ------------------------------------------------------------------------------
 def test_demo_console_is_short_and_narrow(tmp_path):
-    """The demo (tiny variant) prints progress tables with the mutated hyperparameters only:
-    no line over 200 characters (Tune's "Current best trial ... parameters=" line used to hold
-    the whole AlgorithmConfig) and fewer than 150 lines in all."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    """The demo (tiny variant) prints a few progress lines per trial with the mutated
+    hyperparameters only: fewer than 150 lines in all, none over 200 characters, and none
+    of Ray's start-up notices (the token-authentication one was 245 characters: the demo
+    starts Ray with RAY_AUTH_MODE=token, see tune/session.py) or RLlib's build notices."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
     proc = subprocess.run([sys.executable, "-m", "rllib_fast.demo", "--tasks", "CartPole", "--trials", "2",
                            "--num-envs", "8", "--env-steps", "40000", "--perturbation-interval", "2",
                            "--out", str(tmp_path / "runs")],
@@ -426,12 +427,14 @@ def test_demo_console_is_short_and_narrow(tmp_path):
     lines = (proc.stdout + proc.stderr).splitlines()
     assert proc.returncode == 0, "\n".join(lines[-40:])
     assert len(lines) < 150, len(lines)
-    # Ray's own start-up notice about its token authentication is left as Ray prints it
-    long = [ln for ln in lines if len(ln) > 200 and "Token authentication is enabled" not in ln]
+    long = [ln for ln in lines if len(ln) > 200]
     assert not long, long
-    best = [ln for ln in lines if ln.startswith("Current best trial:")]
-    assert best and all("parameters={'lr': " in ln and "'clip_param': " in ln for ln in best), best
-    assert any(ln.startswith("| FastPPO_") for ln in lines)  # the progress table
+    for noise in ("Token authentication", "new API stack", "DeprecationWarning", "gputil", "Result logdir"):
+        assert not [ln for ln in lines if noise in ln], (noise, lines)
+    progress = [ln for ln in lines if ln.startswith("[CartPole] trial ")]
+    assert any("env steps (" in ln and "%), return " in ln and "lr=" in ln and "clip_param=" in ln
+               for ln in progress), lines
+    assert sum(": finished, return " in ln for ln in progress) == 2, lines
     assert any("best trial: mean return" in ln for ln in lines)
 
 

@@ -183,3 +183,72 @@ def test_ensure_ray_drops_only_the_token_enabled_notice(monkeypatch, listen):
     assert seen == ["Token authentication is disabled for this Ray cluster. Anyone with network access ..."]
     log.warning(local_ray.AUTH_ENABLED_NOTICE + " (after)")   # outside ensure_ray: shown
     assert seen[-1].endswith("(after)")
+
+
+# -- how console commands start Ray ---------------------------------------------------------------------
+def test_console_commands_start_ray_with_explicit_auth_mode(monkeypatch):
+    """RAY_AUTH_MODE=token (Ray's own default for a new local cluster, which it then announces
+    in 245 characters) is set before ray is imported; a user's value wins; a cluster keeps its own."""
+    from rllib_fast.tune import session
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv(session.LOOPBACK_ENV, "0")
+    assert session.start_env_missing() == {"RAY_AUTH_MODE": "token"}
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert session.start_env_missing() == {}
+    execs = []
+    monkeypatch.setattr(session.os, "execve", lambda exe, argv, env: execs.append(env))
+    session.reexec_for_loopback("rllib_fast.demo", [])
+    assert execs == []
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    session.reexec_for_loopback("rllib_fast.cli", ["sweep", "f.yaml", "--address", "auto"])
+    assert execs == []
+    session.reexec_for_loopback("rllib_fast.demo", ["--tasks", "CartPole"])
+    assert len(execs) == 1 and execs[0]["RAY_AUTH_MODE"] == "token" and execs[0][session.LOOPBACK_ENV] == "0"
+
+
+def test_explicit_auth_mode_keeps_ray_quiet(tmp_path):
+    """What the re-exec relies on: with RAY_AUTH_MODE=token in the environment at import, a
+    new local Ray starts with token authentication and prints no notice about it."""
+    script = textwrap.dedent("""
+        import ray
+        from ray._raylet import AuthenticationMode, get_authentication_mode
+        ray.init(address="local", num_cpus=1, include_dashboard=False)
+        print("MODE", get_authentication_mode() == AuthenticationMode.TOKEN)
+        ray.shutdown()
+    """)
+    env = dict(os.environ, RAY_AUTH_MODE="token")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MODE True" in proc.stdout
+    assert "Token authentication" not in proc.stdout + proc.stderr
+
+
+# -- the demo's progress lines -------------------------------------------------------------------------
+class _Trial:
+    def __init__(self, trial_id, lr):
+        self.trial_id, self.config, self.last_result = trial_id, {"lr": lr, "clip_param": 0.2}, {}
+
+
+def test_milestone_progress_is_bounded_by_events_not_time():
+    from rllib_fast.core.metrics import STEP_KEY
+    from rllib_fast.tune.progress import MilestoneProgress
+
+    lines = []
+    progress = MilestoneProgress("[CartPole]", 1000, keys=["lr", "clip_param"], printer=lines.append)
+    trials = [_Trial("abcde_00000", 1e-3), _Trial("abcde_00001", 3e-4)]
+    for step in range(10, 1001, 10):   # 100 results per trial
+        for t in trials:
+            if step == 500 and t is trials[1]:   # PBT exploits trial 1 halfway
+                t.config = {"lr": 6.3e-4, "clip_param": 0.1}
+            t.last_result = {STEP_KEY: step, "env_runners": {"episode_return_mean": step / 10}}
+            progress.on_trial_result(0, trials, t, t.last_result)
+    for t in trials:
+        progress.on_trial_complete(0, trials, t)
+    assert len(lines) == 2 * 3 + 1 + 2, lines   # 25/50/75 % each, one exploit, two ends
+    assert all(len(ln) < 120 for ln in lines), lines
+    assert "[CartPole] trial abcde_00000: 250 env steps (25%), return 25.0, lr=0.001 clip_param=0.2" in lines
+    assert any("abcde_00001: PBT exploit" in ln and "lr=0.00063 clip_param=0.1" in ln for ln in lines), lines
+    assert lines[-1] == "[CartPole] trial abcde_00001: finished, return 100.0 after 1,000 env steps"

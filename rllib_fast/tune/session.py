@@ -15,13 +15,22 @@ must therefore be in the environment before ray is imported, and only when no
 cluster address is given (``--address``/``--ray-address``/``RAY_ADDRESS``): a driver that joins a
 cluster must be reachable by it.
 
+Token authentication: a new local Ray 2.60 turns on token authentication
+when ``RAY_AUTH_MODE`` is unset, and says so in a 245-character warning
+("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled
+to opt out ...") -- the longest line the demo printed. Setting ``RAY_AUTH_MODE=token``
+ourselves asks for exactly what Ray would do (``enable_token_auth_by_default``
+sets the same variable; the token lives in ``~/.ray/auth_token``), and Ray prints
+nothing when the mode is set explicitly. Like the loopback switch it is read at
+``import ray`` (Ray caches its config then), and a user's own value wins.
+
 ``import rllib_fast`` imports ray (it registers our names with Tune), so by
-the time the console entry point runs, the switch was read. The console
+the time the console entry point runs, both switches were read. The console
 commands that start a local Ray therefore re-execute themselves once with
-the switch set (:func:`reexec_for_loopback`: one more interpreter start, no
+the switches set (:func:`reexec_for_loopback`: one more interpreter start, no
 change to Ray's code). A process that imported ray earlier and is not a
 console command (a notebook, a test calling ``cli.main([...])``) keeps
-Ray's default; :func:`loopback_effective` tells which case applies.
+Ray's defaults; :func:`loopback_effective` tells which case applies.
 """
 from __future__ import annotations
 
@@ -37,6 +46,9 @@ logger = logging.getLogger(__name__)
 
 #: Ray's environment switch that makes a local node use 127.0.0.1 as its IP (read at ``import ray``).
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+#: Ray's authentication mode (read at ``import ray``) and the value our local Rays start with:
+#: Ray's own default for a new local cluster, set explicitly so Ray does not warn about it.
+AUTH_ENV, AUTH_MODE = "RAY_AUTH_MODE", "token"
 #: Command-line flags that name a Ray cluster (then Ray keeps its network defaults).
 ADDRESS_FLAGS = ("--address", "--ray-address")
 
@@ -68,16 +80,30 @@ def loopback_effective() -> bool:
     return not ray_constants.ENABLE_RAY_CLUSTER
 
 
-def reexec_for_loopback(module: str, argv: Sequence[str], extra_env: Optional[Mapping[str, str]] = None) -> None:
-    """Replace this process by ``python -m module argv`` with the loopback switch
-    set, when a local Ray started here would otherwise listen on every interface.
+def start_env_missing() -> Dict[str, str]:
+    """The start-up switches a local Ray started from this process would lack
+    (loopback, authentication mode), with the values we want: empty when the
+    environment (or, for loopback, the imported ray) has them, or the user set
+    them to anything else (theirs wins)."""
+    missing: Dict[str, str] = {}
+    if not loopback_effective() and LOOPBACK_ENV not in os.environ:
+        missing[LOOPBACK_ENV] = "0"
+    if AUTH_ENV not in os.environ:
+        missing[AUTH_ENV] = AUTH_MODE
+    return missing
 
-    Returns (does nothing) when a cluster is named, when loopback already holds,
-    or when the user set the switch themselves (either value: theirs wins, and
-    it also stops a second re-exec)."""
-    if wants_cluster(argv) or loopback_effective() or LOOPBACK_ENV in os.environ:
+
+def reexec_for_loopback(module: str, argv: Sequence[str], extra_env: Optional[Mapping[str, str]] = None) -> None:
+    """Replace this process by ``python -m module argv`` with the start-up switches
+    set (:func:`start_env_missing`): loopback-only servers and an explicit
+    authentication mode, both read when ``ray`` is imported.
+
+    Returns (does nothing) when a cluster is named (its own settings apply) or
+    when no switch is missing (the user's values, or a re-executed process)."""
+    missing = {} if wants_cluster(argv) else start_env_missing()
+    if not missing:
         return
-    env = dict(os.environ, **dict(extra_env or {}), **{LOOPBACK_ENV: "0"})
+    env = dict(os.environ, **dict(extra_env or {}), **missing)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
