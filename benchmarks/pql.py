@@ -61,6 +61,13 @@ REPORT_EVERY_S = 2.0
 EVAL_EPISODES = 10
 MUJOCO_REPORT_EVERY_S = 30.0
 MUJOCO_EVAL_EPISODES = 5
+# mjlab part: Cartpole with 10 s episodes (200 steps of 0.05 s, rewards scaled by dt: max return 10)
+MJLAB_TASKS = {"balance": ("Mjlab-Cartpole-Balance", 9.0), "swingup": ("Mjlab-Cartpole-Swingup", 8.0)}
+MJLAB_EPISODE_S = 10.0
+MJLAB_NS = (64, 256, 1024)
+MJLAB_REPORT_EVERY_S = 15.0
+MJLAB_EVAL_ENVS = 32     # greedy evaluation: one 200-step episode in each of 32 envs (~1 s quiet at N=32)
+HERE = os.path.dirname(os.path.abspath(__file__))
 # FastPPO on HalfCheetah: the shared PPO settings of benchmarks/sources.py (16 envs x 128 steps,
 # 10 epochs of 64-sample minibatches, lr 3e-4, [64, 64] tanh)
 PPO_HALFCHEETAH = dict(num_envs=16, rollout_length=128, num_epochs=10, num_minibatches=32, lr=3e-4, gamma=0.99,
@@ -239,6 +246,200 @@ def arm_sb3(ctx: H.ArmContext, algo: str, env: str = "Pendulum-v1") -> None:
     model.learn(total_timesteps=10 ** 8, callback=Report())
 
 
+def _bench_mjlab():
+    """benchmarks/mjlab.py (the parity engineer's rsl_rl and raw-simulator arms) under its
+    own module name -- imported as ``mjlab`` it would shadow the mjlab package -- with its
+    env builder giving 10 s episodes. Importing it also takes this folder off sys.path."""
+    import importlib.util
+
+    name = "rllib_fast_bench_mjlab"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "mjlab.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+
+        def ten_second_env(task: str, num_envs: int, seed: int, device: str = "cpu"):
+            import mjlab.tasks  # noqa: F401
+            from mjlab.envs import ManagerBasedRlEnv
+            from mjlab.tasks.registry import load_env_cfg
+
+            cfg = load_env_cfg(task)
+            cfg.scene.num_envs, cfg.seed, cfg.episode_length_s = num_envs, seed, MJLAB_EPISODE_S
+            return ManagerBasedRlEnv(cfg, device=device)
+
+        mod._mjlab_env = ten_second_env
+    return sys.modules[name]
+
+
+def _mjlab_settings(algo: str, task: str) -> Dict[str, Any]:
+    """The shipped tune config's settings for ``algo`` on ``task`` (PQL's for DDPGN/SACN
+    too, less its concurrency keys): tune_configs/mjlab-cartpole-<task>-{pql,fastppo}.yaml."""
+    import yaml
+
+    short = "balance" if "Balance" in task else "swingup"
+    name = f"mjlab-cartpole-{short}-{'fastppo' if algo == 'FastPPO' else 'pql'}"
+    with open(os.path.join(os.path.dirname(HERE), "tune_configs", name + ".yaml")) as f:
+        (exp,) = yaml.safe_load(f).values()
+    drop = {"env_device", "num_envs", "seed", "evaluation_interval", "evaluation_duration", "env_config"}
+    if algo in ("DDPGN", "SACN"):
+        drop |= {"backend", "v_learner_device", "p_learner_device", "ratio_slack", "ratio_depth", "max_wait_s",
+                 "weight_sync_every", "ray_transport", "ratio_window_s"}
+    return {k: v for k, v in exp["config"].items() if k not in drop}
+
+
+def _td3_module():
+    """benchmarks/single_file_td3.py by path (this folder may be off sys.path: see _bench_mjlab)."""
+    import importlib.util
+
+    name = "single_file_td3"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "single_file_td3.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+class _GreedyEval:
+    """Greedy return of a policy on its own tensor env (built once, one episode per env;
+    Pendulum's and 10 s Cartpole's episodes end by the time limit)."""
+
+    def __init__(self, env_name: str, seed: int, n: int = MJLAB_EVAL_ENVS, **task: Any):
+        from rllib_fast.envs import make
+
+        self.env = make(env_name, num_envs=n, device="cpu", seed=seed + 12345, **task)
+        space = self.env.single_action_space
+        import torch
+
+        self.low = torch.as_tensor(space.low, dtype=torch.float32).reshape(-1)
+        self.high = torch.as_tensor(space.high, dtype=torch.float32).reshape(-1)
+        self.seed = seed
+
+    def __call__(self, act) -> float:
+        import torch
+
+        env = self.env
+        obs = env.reset(seed=self.seed + 12345)
+        ret = torch.zeros(env.num_envs)
+        alive = torch.ones(env.num_envs, dtype=torch.bool)
+        with torch.no_grad():
+            while bool(alive.any()):
+                a = act(obs.reshape(env.num_envs, -1)).clamp(-1, 1)
+                step = env.step(self.low + (a + 1) * 0.5 * (self.high - self.low))
+                ret += torch.where(alive, step.reward.float(), torch.zeros(()))
+                alive &= ~(step.terminated | step.truncated)
+                obs = step.obs
+        return float(ret.mean())
+
+
+def arm_mjlab_ours(ctx: H.ArmContext, algo: str, num_envs: int, task: str, **overrides: Any) -> None:
+    """PQL (a back-end), DDPGN, SACN or FastPPO on mjlab Cartpole with 10 s episodes, the
+    shipped tune config's settings; greedy evaluation every MJLAB_REPORT_EVERY_S (clock
+    paused); the simulator's own time is the 'sampling' time (the env's step timed)."""
+    _bench_mjlab()
+    from rllib_fast.algorithms import pql
+
+    if algo == "FastPPO":
+        from rllib_fast.algorithms.ppo import FastPPOConfig as C
+    else:
+        C = {"PQL": pql.PQLConfig, "DDPGN": pql.DDPGNConfig, "SACN": pql.SACNConfig}[algo]
+    kw = {**_mjlab_settings(algo, task), **overrides}
+    cfg = (C().environment(f"mjlab:{task}", num_envs=num_envs, env_device="cpu",
+                           env_config={"cfg": {"episode_length_s": MJLAB_EPISODE_S}})
+           .training(**kw).debugging(seed=ctx.seed).evaluation(evaluation_duration=MJLAB_EVAL_ENVS))
+    ctx.note(hyperparameters=dict(num_envs=num_envs, **kw), config_class=C.__name__)
+    ctx.start_clock()
+    a = cfg.build_algo()
+    ctx.timed(a.env, "step", lambda out, args, kw: num_envs)
+    _train_and_report(ctx, a, MJLAB_REPORT_EVERY_S)
+
+
+def arm_mjlab_td3(ctx: H.ArmContext, num_envs: int, task: str, **overrides: Any) -> None:
+    """benchmarks/single_file_td3.py on mjlab Cartpole (10 s episodes), greedy evaluation
+    every MJLAB_REPORT_EVERY_S on its own env (clock paused)."""
+    _bench_mjlab()
+    td3 = _td3_module()
+    args = td3.Args(env=f"mjlab:{task}", episode_length_s=MJLAB_EPISODE_S, num_envs=num_envs, seed=ctx.seed,
+                    time_budget=1e9, log_every=10, **{**MJLAB_TD3, **overrides})
+    ctx.note(hyperparameters=vars(args))
+    ctx.start_clock()
+    _run_td3(ctx, td3, args, _GreedyEval(f"mjlab:{task}", ctx.seed, cfg={"episode_length_s": MJLAB_EPISODE_S}),
+             MJLAB_REPORT_EVERY_S)
+
+
+def _run_td3(ctx: H.ArmContext, td3, args, evaluate, every_s: float) -> None:
+    """Train the single-file TD3, reporting its greedy return every ``every_s`` (clock paused)."""
+    last = [-1e9]
+
+    def callback(st: dict) -> bool:
+        ctx.sample_s, ctx.sample_steps = st["sample_s"], st["env_steps"]
+        if ctx.elapsed - last[0] < every_s and ctx.elapsed < ctx.budget_s:
+            return False
+        last[0] = ctx.elapsed
+        with _clock_paused(ctx):
+            ev = evaluate(st["act"])
+        return ctx.report(st["env_steps"], ev, train_ret=_finite(st["return_mean"]))
+
+    td3.train(args, callback)
+
+
+# the single-file TD3 on Pendulum: the settings its test learns with (64 envs, [64, 64])
+PENDULUM_TD3 = dict(num_envs=64, hidden=64, updates_per_step=4, tau=0.02, learning_starts=1000)
+
+
+def arm_td3(ctx: H.ArmContext) -> None:
+    """benchmarks/single_file_td3.py on the built-in Pendulum, greedy evaluation (10 episodes)."""
+    td3 = _td3_module()
+    args = td3.Args(env="Pendulum", seed=ctx.seed, time_budget=1e9, log_every=10, **PENDULUM_TD3)
+    ctx.note(hyperparameters=vars(args))
+    ctx.start_clock()
+    _run_td3(ctx, td3, args, _GreedyEval("Pendulum", ctx.seed, EVAL_EPISODES), REPORT_EVERY_S)
+
+
+# the single-file TD3 on mjlab Cartpole: PQL's network and ratio settings where TD3 has them
+MJLAB_TD3 = dict(hidden=128, updates_per_step=4, tau=0.02, learning_starts=2000, batch_size=512)
+
+
+def arm_mjlab_rsl_rl(ctx: H.ArmContext, num_envs: int, task: str) -> None:
+    """rsl_rl's runner with mjlab's registered config (benchmarks/mjlab.py arm_rsl_rl), 10 s episodes;
+    its return is the training return of its stochastic policy."""
+    _bench_mjlab().arm_rsl_rl(ctx, num_envs, task=task)
+
+
+def arm_mjlab_raw(ctx: H.ArmContext, num_envs: int, task: str) -> None:
+    """The raw simulator's busy rate (benchmarks/mjlab.py arm_raw, busy=True), 10 s episodes."""
+    _bench_mjlab().arm_raw(ctx, num_envs, task=task, busy=True)
+
+
+def mjlab_arms(task_key: str = "balance", ns=MJLAB_NS) -> List[H.Arm]:
+    """The mjlab 10 s part for one task: PQL (threads, Ray p2p), DDPGN, SACN, the single-file
+    TD3, FastPPO and rsl_rl at each N, plus the raw simulator's busy rate at each N."""
+    task, _ = MJLAB_TASKS[task_key]
+    out: List[H.Arm] = []
+    for n in ns:
+        sfx = f"-{task_key}-{n}"
+        kw = dict(num_envs=n, task=task)
+        out += [
+            H.Arm(f"mj-pql{sfx}", f"PQL-{n}", f"PQL (threads, N={n})", "pql:arm_mjlab_ours", dict(algo="PQL", **kw),
+                  num_envs=n),
+            H.Arm(f"mj-pqlray{sfx}", f"PQL-Ray-p2p-{n}", f"PQL (Ray actors, gloo, N={n})", "pql:arm_mjlab_ours",
+                  dict(algo="PQL", backend="ray", ray_transport="collective", **kw), num_envs=n, needs_ray=True),
+            H.Arm(f"mj-ddpgn{sfx}", f"DDPGN-{n}", f"DDPG(n) (N={n})", "pql:arm_mjlab_ours", dict(algo="DDPGN", **kw),
+                  num_envs=n),
+            H.Arm(f"mj-sacn{sfx}", f"SACN-{n}", f"SAC(n) (N={n})", "pql:arm_mjlab_ours", dict(algo="SACN", **kw),
+                  num_envs=n),
+            H.Arm(f"mj-td3{sfx}", f"TD3-1file-{n}", f"single-file TD3 (N={n})", "pql:arm_mjlab_td3", kw, num_envs=n),
+            H.Arm(f"mj-fastppo{sfx}", f"FastPPO-{n}", f"FastPPO (N={n})", "pql:arm_mjlab_ours",
+                  dict(algo="FastPPO", **kw), num_envs=n),
+            H.Arm(f"mj-rslrl{sfx}", f"rsl_rl-{n}", f"rsl_rl runner, mjlab config (N={n})", "pql:arm_mjlab_rsl_rl",
+                  kw, num_envs=n),
+            H.Arm(f"mj-raw{sfx}", f"raw-{n}", f"raw simulator, busy (N={n})", "pql:arm_mjlab_raw", kw, num_envs=n,
+                  mode="throughput"),
+        ]
+    return out
+
+
 def all_arms(mujoco: bool = False) -> List[H.Arm]:
     """The seven arms on Pendulum, or (``mujoco``) the same seven on HalfCheetah-v5."""
     ours = "gym:HalfCheetah-v5" if mujoco else "Pendulum"
@@ -262,6 +463,7 @@ def all_arms(mujoco: bool = False) -> List[H.Arm]:
               num_envs=n),
         H.Arm(f"fastppo{sfx}", "FastPPO", f"FastPPO (N={n})", "pql:arm_ours", dict(algo="FastPPO", env=ours),
               num_envs=n),
+        *([] if mujoco else [H.Arm("td3", "TD3-1file", "single-file TD3 (N=64)", "pql:arm_td3", {}, num_envs=64)]),
         H.Arm(f"rllib-sac{sfx}", "RLlib", "RLlib SAC (1 env)", "pql:arm_rllib_sac", dict(env=rllib_env), num_envs=1,
               needs_ray=True),
         H.Arm(f"sb3-sac{sfx}", "SB3", "SB3 SAC (1 env)", "pql:arm_sb3", dict(algo="SAC", env=gym_id), num_envs=1),
@@ -332,9 +534,51 @@ def _returns_by_time(records, checkpoints) -> str:
     return R.markdown_table(["arm"] + [f"by {c:g} s" for c in checkpoints] + ["env steps in the cap"], body)
 
 
+def _mjlab_section(records, task_key: str, meta) -> List[str]:
+    """Learn table, simulator rate against the raw simulator at the same N, and the goal's reading."""
+    task, target = MJLAB_TASKS[task_key]
+    learn = [r for r in records if r["mode"] == "learn"]
+    raw = {int(r["num_envs"]): r.get("tput_overall") for r in records if r["mode"] == "throughput"}
+    rows = R.aggregate_learn(learn)
+    lines = [f"## mjlab {task}, 10 s episodes (>= {target:g} of 10; greedy evaluation on {MJLAB_EVAL_ENVS} envs "
+             f"every {MJLAB_REPORT_EVERY_S:g} s, clock paused; rsl_rl: its training return; "
+             f"{meta.get('mjlab_budget', 0):g} s cap)", "", R.learn_table(rows), ""]
+    body = []
+    for row in rows:
+        n = int(row["num_envs"])
+        base = raw.get(n)
+        pct = (lambda x: f"{100 * x / base:.0f}%" if x and base else "–")
+        body.append([row["label"], n, R.fmt_sps(row["sps_overall"]), pct(row["sps_overall"]),
+                     R.fmt_sps(row["sps_sampling"]), pct(row["sps_sampling"]), R.fmt_sps(base)])
+    lines += ["Simulator rate during training against the raw simulator's busy rate at the same N (overall: env "
+              "steps per wall-clock second of training; in step: inside the env's step, where the Actor's "
+              "threads compete with the learners for the GIL and the cores):", "",
+              R.markdown_table(["arm", "N", "env-steps/s overall", "of raw", "env-steps/s in step", "of raw",
+                                "raw busy"], body), ""]
+    best = {}
+    for row in rows:
+        fam = row["family"].rsplit("-", 1)[0]
+        if row["n_reached"] and (fam not in best or row["t_reach"] < best[fam][0]):
+            best[fam] = (row["t_reach"], row["label"])
+    if best:
+        lines += ["Best N per method (median time to target): " + "; ".join(
+            f"{lab} {t:.1f} s" for _, (t, lab) in sorted(best.items(), key=lambda kv: kv[1][0])), ""]
+        pq = [f for f in best if f.startswith("PQL")]
+        if pq:
+            f0 = min(pq, key=lambda f: best[f][0])
+            for peer in ("DDPGN", "SACN", "rsl_rl", "TD3-1file", "FastPPO"):
+                if peer in best:
+                    lines.append(f"- {best[f0][1]} vs {best[peer][1]}: {best[peer][0] / best[f0][0]:.2f}x "
+                                 f"(goal >= 1.5x against DDPG(n), SAC(n), rsl_rl)")
+            lines.append("")
+    return lines
+
+
 def build_report(records, meta) -> str:
     order = {a.key: i for i, a in enumerate(all_arms() + all_arms(True))}
     records = sorted(records, key=lambda r: (order.get(r["key"], len(order)), r["seed"]))
+    mj = [r for r in records if r["key"].startswith("mj-")]
+    records = [r for r in records if not r["key"].startswith("mj-")]
     pend = [r for r in records if "mujoco" not in r["key"]]
     muj = [r for r in records if "mujoco" in r["key"]]
     lines = [f"# PQL benchmark ({meta['date']})", "",
@@ -371,6 +615,10 @@ def build_report(records, meta) -> str:
                   R.markdown_table(["arm", "seed", "critic updates / env step", "critic / policy updates",
                                     "Actor wait fraction", "V-learner wait fraction"], _beta_rows(muj)), "",
                   f"![HalfCheetah curves]({NAME}_mujoco.png)", ""]
+    for task_key in MJLAB_TASKS:
+        part = [r for r in mj if f"-{task_key}-" in r["key"]]
+        if part:
+            lines += _mjlab_section(part, task_key, meta)
     return "\n".join(lines)
 
 
@@ -419,15 +667,19 @@ def plot(records, path: str, target: float, title: str) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     H.add_common_args(p, budget=120.0, target=TARGET)
-    p.add_argument("--part", choices=("pendulum", "mujoco", "all"), default="pendulum",
-                   help="Pendulum arms, HalfCheetah-v5 arms, or both (default %(default)s)")
+    p.add_argument("--part", choices=("pendulum", "mujoco", "mjlab", "all"), default="pendulum",
+                   help="Pendulum arms, HalfCheetah-v5 arms, mjlab Cartpole (10 s episodes) arms, or all "
+                   "(default %(default)s)")
+    p.add_argument("--mjlab-task", choices=("balance", "swingup", "both"), default="balance")
+    p.add_argument("--mjlab-ns", default=",".join(str(n) for n in MJLAB_NS), help="env counts of the mjlab arms")
+    p.add_argument("--mjlab-budget", type=float, default=300.0, help="time cap per mjlab arm, seconds")
     p.add_argument("--mujoco-budget", type=float, default=360.0, help="time cap per HalfCheetah arm, seconds")
     p.add_argument("--contention", default="", help="free text recorded in the report (e.g. other load)")
     args = p.parse_args(argv)
     results_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
     if args.list:
-        for a in all_arms() + all_arms(True):
-            print(f"{a.key:16s} {a.label}")
+        for a in all_arms() + all_arms(True) + mjlab_arms("balance") + mjlab_arms("swingup"):
+            print(f"{'tput:' if a.mode == 'throughput' else ''}{a.key:16s} {a.label}")
         return
     if args.replot:
         with open(args.replot) as f:
@@ -443,7 +695,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                      quiet_timeout_s=min(args.quiet_timeout, 10.0) if args.quick else args.quiet_timeout)
         t0 = time.time()
         records = []
-        parts = ["pendulum", "mujoco"] if args.part == "all" else [args.part]
+        parts = ["pendulum", "mujoco", "mjlab"] if args.part == "all" else [args.part]
         if "mujoco" in parts:
             try:
                 import mujoco  # noqa: F401
@@ -452,6 +704,18 @@ def main(argv: Optional[List[str]] = None) -> None:
                 parts.remove("mujoco")
         arms: List[H.Arm] = []
         for part in parts:
+            if part == "mjlab":
+                ns = [int(x) for x in args.mjlab_ns.split(",") if x.strip()]
+                tasks = list(MJLAB_TASKS) if args.mjlab_task == "both" else [args.mjlab_task]
+                for task_key in tasks:
+                    part_arms = H.select_arms(mjlab_arms(task_key, ns), args.arms)
+                    arms += part_arms
+                    cap = min(args.mjlab_budget, 30.0) if args.quick else args.mjlab_budget
+                    print(f"mjlab {task_key}: {len(part_arms)} arms, seeds {seeds}, cap {cap:g}s", flush=True)
+                    records += H.run_arms(part_arms, seeds, budget_s=cap, target=MJLAB_TASKS[task_key][1],
+                                          threads=args.threads, logdir=logdir, grace_s=240.0,   # + paused evals
+                                          throughput_s=args.throughput_s, **quiet)
+                continue
             muj = part == "mujoco"
             part_arms = H.select_arms(all_arms(muj), args.arms)
             arms += part_arms
@@ -463,7 +727,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                     machine=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, "
                             f"Python {platform.python_version()}",
                     threads=args.threads, seeds=seeds, budget=budget, target=args.target,
-                    mujoco_budget=args.mujoco_budget, total_min=(time.time() - t0) / 60, contention=args.contention)
+                    mujoco_budget=args.mujoco_budget, mjlab_budget=args.mjlab_budget, total_min=(time.time() - t0) / 60, contention=args.contention)
         if args.update:   # replace the re-run arms' records in a saved result
             note = f"{', '.join(a.key for a in arms)} re-run ({meta['contention'] or 'no note'})"
             records, meta, saved_dir = H.merge_update(args.update, records, meta, seeds, note=note)
@@ -472,8 +736,14 @@ def main(argv: Optional[List[str]] = None) -> None:
     md = build_report(records, meta)
     with open(os.path.join(out_dir, NAME + ".md"), "w") as f:
         f.write(md)
-    pend = [r for r in records if "mujoco" not in r["key"]]
+    mj = [r for r in records if r["key"].startswith("mj-") and r["mode"] == "learn"]
+    pend = [r for r in records if "mujoco" not in r["key"] and not r["key"].startswith("mj-")]
     muj = [r for r in records if "mujoco" in r["key"]]
+    for task_key, (task, target) in MJLAB_TASKS.items():
+        part = [r for r in mj if f"-{task_key}-" in r["key"]]
+        if part:
+            plot(part, os.path.join(out_dir, f"{NAME}_mjlab_{task_key}.png"), target,
+                 f"mjlab {task} (10 s episodes) to {target:g}: PQL vs baselines and peers")
     if pend:
         plot(pend, os.path.join(out_dir, NAME + ".png"), meta["target"],
              f"Pendulum to {meta['target']:g}: PQL vs baselines and peers")

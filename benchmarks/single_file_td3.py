@@ -208,7 +208,8 @@ def train(args: Args, callback: Optional[Callable[[dict], bool]] = None) -> dict
     the last 100 episodes reaches ``args.target`` (callback-free use), the time
     budget or ``total_steps`` runs out. ``stats`` every ``log_every`` batched
     steps: ``env_steps``, ``return_mean`` (last 100 finished episodes; nan before
-    any), ``updates``, ``sample_s`` (cumulative seconds in ``env.step``), ``wall_s``."""
+    any), ``updates``, ``sample_s`` (cumulative seconds in ``env.step``), ``wall_s`` and ``act``
+    (the greedy policy: observations -> actions in [-1, 1], for an evaluation by the caller)."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     t_start = time.perf_counter()
@@ -303,13 +304,12 @@ def train(args: Args, callback: Optional[Callable[[dict], bool]] = None) -> dict
             wall = time.perf_counter() - t_start
             ret_mean = sum(recent) / len(recent) if recent else float("nan")
             stats = dict(iteration=it, env_steps=env_steps, return_mean=ret_mean, updates=updates,
-                         sample_s=sample_s, wall_s=wall)
+                         sample_s=sample_s, wall_s=wall, act=lambda o: actor(normalize(o.reshape(o.shape[0], -1))))
             if callback is not None:
                 if callback(stats):
                     break
             elif ret_mean >= args.target or wall >= args.time_budget:
                 break
-    stats["actor"], stats["normalize"] = actor, normalize
     return stats
 
 

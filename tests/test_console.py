@@ -252,3 +252,86 @@ def test_milestone_progress_is_bounded_by_events_not_time():
     assert "[CartPole] trial abcde_00000: 250 env steps (25%), return 25.0, lr=0.001 clip_param=0.2" in lines
     assert any("abcde_00001: PBT exploit" in ln and "lr=0.00063 clip_param=0.1" in ln for ln in lines), lines
     assert lines[-1] == "[CartPole] trial abcde_00001: finished, return 100.0 after 1,000 env steps"
+# -- a device the machine lacks ------------------------------------------------------------------------
+def _one_line(excinfo):
+    text = str(excinfo.value)
+    assert "\n" not in text, text
+    return text
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="checks a machine without CUDA")
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_env_device_cuda_validates_then_fails_at_build_in_one_line(name):
+    from rllib_fast.core.devices import DeviceUnavailableError
+
+    cfg = _config(name, env_device="cuda")
+    cfg.validate()   # the config may be meant for a GPU worker
+    with pytest.raises(DeviceUnavailableError) as err:
+        cfg.build_algo()
+    line = _one_line(err)
+    assert "`env_device` = 'cuda'" in line and "available here: 'auto', 'cpu'" in line, line
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="checks a machine without CUDA")
+@pytest.mark.parametrize("key", ["v_learner_device", "p_learner_device"])
+def test_pql_thread_learner_device_fails_at_build_in_one_line(key):
+    from rllib_fast.algorithms.pql import PQLConfig
+    from rllib_fast.core.devices import DeviceUnavailableError
+
+    cfg = PQLConfig().environment("Pendulum", num_envs=8, env_device="cpu").training(**{key: "cuda:1"})
+    cfg.validate()
+    with pytest.raises(DeviceUnavailableError) as err:
+        cfg.build_algo()
+    line = _one_line(err)
+    assert f"`{key}` = 'cuda:1'" in line and "available here" in line, line
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="checks a machine without CUDA")
+def test_pql_ray_learner_device_is_checked_in_its_actor(listen):
+    """The Ray back-end's learner checks its device where Ray placed it; the driver raises
+    that one line (not Ray's many-line ActorDiedError). The local Ray PQL starts for its
+    actors does not announce its token authentication."""
+    import ray
+
+    from rllib_fast.algorithms.pql import PQLConfig
+    from rllib_fast.core.devices import DeviceUnavailableError
+    from rllib_fast.core.local_ray import AUTH_ENABLED_NOTICE, AUTH_LOGGER
+
+    assert not ray.is_initialized()
+    auth = listen(AUTH_LOGGER)
+    cfg = PQLConfig().environment("Pendulum", num_envs=8, env_device="cpu").training(
+        backend="ray", p_learner_device="cuda", num_cpus_per_pql_learner=0.25)
+    try:
+        with pytest.raises(DeviceUnavailableError) as err:
+            cfg.build_algo()
+        line = _one_line(err)
+        assert "`p_learner_device` = 'cuda'" in line and "available here" in line, line
+        assert not [m for m in auth if AUTH_ENABLED_NOTICE in m], auth
+    finally:
+        ray.shutdown()
+
+
+def test_remote_device_error_is_reraised_as_its_line():
+    from rllib_fast.core.devices import DeviceUnavailableError, raise_remote_device_error
+
+    wrapped = RuntimeError("The actor died because of an error raised in its creation task, ray::X.__init__()\n"
+                           "  File ...\nrllib_fast.core.devices.DeviceUnavailableError: PQLConfig: `v_learner_device`"
+                           " = 'cuda' but no; available here: 'auto', 'cpu'\n")
+    with pytest.raises(DeviceUnavailableError) as err:
+        raise_remote_device_error(wrapped)
+    assert str(err.value) == "PQLConfig: `v_learner_device` = 'cuda' but no; available here: 'auto', 'cpu'"
+    raise_remote_device_error(RuntimeError("something else"))   # returns: the caller re-raises
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="checks a machine without CUDA")
+def test_cli_device_check_gives_the_build_reason():
+    from rllib_fast.core.devices import unavailable_reason
+    from rllib_fast.tune.session import device_error
+
+    reason = unavailable_reason("cuda")
+    assert device_error({"env_device": "cuda"}) == f"env_device='cuda' but {reason} (Tune would wait forever for a GPU)"
+    assert device_error({"v_learner_device": "cuda:1"}).startswith(f"v_learner_device='cuda:1' but {reason}")
+    assert device_error({"num_gpus_per_v_learner": 1}).startswith("num_gpus_per_v_learner=1 but ")
+    assert device_error({"env_device": "cpu", "v_learner_device": "auto"}) is None
+
+

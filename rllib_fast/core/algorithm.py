@@ -42,6 +42,7 @@ from ray.tune.registry import ENV_CREATOR, _global_registry
 from ..envs import registry as env_registry
 from ..envs.base import TensorVecEnv, env_share, env_share_error, validate_env
 from ..envs.probe import action_space_error, probe_spaces, states_error
+from .devices import DeviceUnavailableError, unavailable_device_error
 from .guard import UpdateGuard
 from .metrics import EpisodeTracker
 from .params import Param, apply_defaults, unknown_key_message
@@ -275,6 +276,21 @@ class FastConfig(AlgorithmConfig):
         self._value_error(f"{type(self).__name__}: `env` = {env!r} has type {type(env).__name__}; "
                           "allowed: an env name (str) or a callable returning a TensorVecEnv")
 
+    # -- devices: the form at validation, availability at build --------------------
+    def local_device_keys(self) -> Dict[str, Any]:
+        """The device keys the process that builds the algorithm uses itself
+        (checked there by :meth:`check_devices_here`); subclasses add theirs."""
+        return {"env_device": self.env_device}
+
+    def check_devices_here(self) -> None:
+        """Raise one line naming the key when a device key names a device this
+        machine lacks. Called at build, not in ``validate()``: a CPU driver may
+        validate a config meant for GPU workers (see core/devices.py)."""
+        for key, value in self.local_device_keys().items():
+            err = unavailable_device_error(type(self).__name__, key, value)
+            if err:
+                raise DeviceUnavailableError(err)
+
     # -- derived --------------------------------------------------------------
     def resolved_device(self) -> torch.device:
         if self.env_device == "auto":
@@ -364,6 +380,7 @@ class FastAlgorithm(Algorithm):
 
     def _build_in_scope(self) -> None:
         cfg = self.config
+        cfg.check_devices_here()   # a device this machine lacks: one line, before torch fails deep inside
         self.device = cfg.resolved_device()
         self.world_size = max(1, cfg.num_learners)
         local_envs = self.local_num_envs()

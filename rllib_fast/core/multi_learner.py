@@ -26,6 +26,7 @@ import torch
 from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX, EPISODE_RETURN_MEAN,
                                      EPISODE_RETURN_MIN, NUM_EPISODES, NUM_EPISODES_LIFETIME)
 
+from .devices import raise_remote_device_error
 from .distributed import DistributedContext, free_port
 from .guard import UpdateGuard, rollback_to
 from .learner_actor import LearnerActor, close_actors
@@ -156,6 +157,12 @@ class DataParallelGroup:
         ensure_ray()   # a plain script's build: a local Ray of our own (else .remote() starts one, noisily)
         self.remotes = [RemoteLearner.options(num_cpus=cpus, num_gpus=gpus).remote(type(algo), state, r, world_size)
                         for r in range(1, world_size)]
+        try:   # construction errors here, not as a join that waits for a learner that died
+            ray.get([w.__ray_ready__.remote() for w in self.remotes])
+        except ray.exceptions.RayActorError as err:
+            close_actors(self.remotes)
+            raise_remote_device_error(err)   # e.g. env_device='cuda' on a learner given no GPU: that one line
+            raise
         init_method = f"tcp://{ray.util.get_node_ip_address()}:{free_port()}"
         joined = [w.join.remote(init_method) for w in self.remotes]
         join_group(algo, 0, world_size, init_method)

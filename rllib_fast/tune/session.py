@@ -142,34 +142,42 @@ def cpu_error(cls: Any, config: Mapping[str, Any], available: float) -> Optional
 
 
 def device_error(config: Mapping[str, Any], local: bool = True) -> Optional[str]:
-    """One-line message when ``config`` asks for a GPU this machine cannot give, else None.
+    """One line when ``config`` asks for a device this machine cannot give, else None.
 
     Why here, before Ray starts: Tune queues a trial that asks for a GPU until
     one appears, so ``env_device: cuda`` on a CPU-only machine waits forever
-    instead of failing. Only checked for a local Ray (``local``): on a cluster
-    the trials may run on GPU nodes the driver's machine lacks. ``grid_search``
-    values are checked one by one; search-space objects are skipped.
+    instead of failing. Checked: ``env_device`` and every other ``*_device`` key
+    (e.g. PQL's learner devices; the reason is the one ``build_algo()`` gives, see
+    core/devices.py) and every ``num_gpus*`` request. Only for a local Ray
+    (``local``): on a cluster the trials may run on GPU nodes the driver's machine
+    lacks. ``grid_search`` values are checked one by one; search-space objects are
+    skipped.
     """
     if not local:
         return None
     import torch
 
-    if torch.cuda.is_available():
-        return None
+    from ..core.devices import unavailable_reason, why_no_cuda
 
     def values(v):
         if isinstance(v, Mapping) and set(v) == {"grid_search"}:
             return list(v["grid_search"])
         return [v]
 
-    for dev in values(config.get("env_device")):
-        if isinstance(dev, str) and dev.strip().lower().startswith("cuda"):
-            return (f"env_device={dev!r} but torch sees no CUDA device on this machine "
-                    "(Tune would wait forever for a GPU); allowed here: 'auto' or 'cpu'")
-    for gpus in values(config.get("num_gpus_per_learner")):
-        if isinstance(gpus, (int, float)) and not isinstance(gpus, bool) and gpus > 0:
-            return (f"num_gpus_per_learner={gpus} but torch sees no CUDA device on this machine "
-                    "(Tune would wait forever for a GPU); allowed here: 0")
+    keys = ["env_device"] + sorted(k for k in config if isinstance(k, str) and k.endswith("_device")
+                                   and k != "env_device")
+    for key in keys:
+        for dev in values(config.get(key)):
+            reason = unavailable_reason(dev) if isinstance(dev, str) else None
+            if reason:   # env_device='cuda' makes the trial ask Tune for a GPU
+                then = "Tune would wait forever for a GPU" if key == "env_device" else "the trial would fail at build"
+                return f"{key}={dev!r} but {reason} ({then})"
+    if torch.cuda.is_available():
+        return None
+    for key in sorted(k for k in config if isinstance(k, str) and k.startswith("num_gpus")):
+        for gpus in values(config.get(key)):
+            if isinstance(gpus, (int, float)) and not isinstance(gpus, bool) and gpus > 0:
+                return f"{key}={gpus} but {why_no_cuda()} (Tune would wait forever for a GPU); allowed here: 0"
     return None
 
 

@@ -25,6 +25,7 @@ import torch
 from ray.rllib.utils.metrics import NUM_EPISODES
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
+from ...core.devices import raise_remote_device_error
 from ...core.learner_actor import close_actors
 from ...core.local_ray import ensure_ray
 from ...core.multi_learner import log_learner_episodes
@@ -91,7 +92,12 @@ class AsyncDriver(OnPolicyAlgorithm):
         self._learners = [AsyncLearnerActor.options(**opts).remote(self.LEARNER, state, type(self), rank,
                                                                    self._server)
                           for rank in range(cfg.num_async_learners)]
-        ray.get([w.__ray_ready__.remote() for w in self._learners])  # construction errors surface here
+        try:
+            ray.get([w.__ray_ready__.remote() for w in self._learners])  # construction errors surface here
+        except ray.exceptions.RayActorError as err:
+            close_actors(self._learners)
+            raise_remote_device_error(err)   # e.g. env_device='cuda' on learners given no GPU: that one line
+            raise
 
     # -- one iteration -------------------------------------------------------------
     def training_step(self) -> None:

@@ -264,6 +264,14 @@ class PQLConfig(PQLFamilyConfig):
     def resolved_depth(self) -> float:
         return 4.0 * self.resolved_slack() if self.ratio_depth == "auto" else float(self.ratio_depth)
 
+    def local_device_keys(self) -> Dict[str, object]:
+        """Thread learners run in the building process: their devices are checked there
+        too. The Ray back-end's learners check theirs in their own actors (ray_backend.py)."""
+        keys = dict(super().local_device_keys())
+        if self.backend == "thread":
+            keys.update(v_learner_device=self.v_learner_device, p_learner_device=self.p_learner_device)
+        return keys
+
     def validate_algorithm(self) -> None:
         super().validate_algorithm()
         if self.ray_transport != "object_store" and self.backend != "ray":

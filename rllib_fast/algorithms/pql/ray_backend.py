@@ -45,6 +45,7 @@ from typing import Any, Dict, List, Optional
 import ray
 import torch
 
+from ...core.devices import DeviceUnavailableError, raise_remote_device_error, unavailable_device_error
 from ...core.distributed import free_port
 from ...core.learner_actor import LearnerActor, close_actors
 from ...core.local_ray import ensure_ray
@@ -85,6 +86,10 @@ class PQLLearnerHost(LearnerActor):
         cfg = self.config
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        key = "v_learner_device" if role == "critic" else "p_learner_device"
+        err = unavailable_device_error(type(cfg).__name__, key, device)
+        if err:   # checked here, on the actor's machine with its GPUs; the driver re-raises the line
+            raise DeviceUnavailableError(err)
         self.device = torch.device(device)
         self.role, self.cfg = role, cfg
         self.live = live  # the driver's live values (its configured_lr): a copy, kept current by set_live
@@ -285,7 +290,12 @@ class RayBackend(PQLBackend):
             dev = devices[role] if devices[role] != "auto" else ("auto" if gpus[role] > 0 else "cpu")
             self.hosts[role] = PQLLearnerHost.options(**opts).remote(
                 role, type(algo), cfg.get_state(), algo.dims, algo.env.num_envs, algo.capacity, dev, init, algo.live)
-        self.devices = dict(zip(self.ROLES, ray.get([h.device_name.remote() for h in self.hosts.values()])))
+        try:
+            self.devices = dict(zip(self.ROLES, ray.get([h.device_name.remote() for h in self.hosts.values()])))
+        except ray.exceptions.RayActorError as err:
+            close_actors(list(self.hosts.values()))
+            raise_remote_device_error(err)   # a learner device its machine lacks: that one line
+            raise
         self.pending: Dict[str, list] = {r: [] for r in self.ROLES}
         self.pending_weights: Dict[str, Any] = {r: None for r in self.ROLES}
         self.inflight: Dict[str, Any] = {r: None for r in self.ROLES}
