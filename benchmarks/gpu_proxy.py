@@ -485,7 +485,8 @@ def main(argv=None) -> int:
                 f"{meta['date']}, torch {meta['torch']}, {a.threads} torch thread(s), N={a.num_envs}, "
                 f"T={a.steps}, 5 epochs x 4 minibatches, [64, 64]; load average at the end "
                 f"{', '.join(f'{x:.1f}' for x in meta['load_average'])} (shared 2-core machine: throughput is "
-                f"indicative; counts are exact).\n\n{text}\n")
+                f"indicative; counts do not depend on the load, but HTSPPO's vary with its threads' timing)."
+                f"\n\n{text}\n")
     return 0
 
 

@@ -115,7 +115,10 @@ def test_cuda_env_device_without_cuda_fails_at_validation(capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     assert main(["train", "--algo", "FastPPO", "--env", "CartPole", "--config", '{"env_device": "cuda"}']) == 2
-    _one_line_no_ray(capsys, "env_device='cuda'", "no CUDA device", "'auto' or 'cpu'")
+    from rllib_fast.core.devices import unavailable_reason
+
+    # the reason build_algo() gives (core/devices.py), with the devices this machine has
+    _one_line_no_ray(capsys, "env_device='cuda'", unavailable_reason("cuda"), "available here: 'auto', 'cpu'")
     assert main(["train", "--algo", "FastPPO", "--env", "CartPole",
                  "--config", '{"env_device": {"grid_search": ["cpu", "cuda:0"]}}']) == 2
     _one_line_no_ray(capsys, "env_device='cuda:0'")

@@ -135,7 +135,7 @@ def _call_site() -> str:
     """``file:line function`` of the innermost frame that is not torch's (or this module's)."""
     for frame in reversed(traceback.extract_stack()[:-2]):
         if not any(s in frame.filename for s in _SKIP_FRAMES):
-            path = frame.filename
+            path = frame.filename.split("site-packages/", 1)[-1]
             for root in ("/rllib_fast/", "/rsl_rl/", "/benchmarks/", "/tests/"):
                 if root in path:
                     path = root.strip("/") + "/" + path.split(root, 1)[1]
