@@ -93,7 +93,7 @@ def member_standardize(a: torch.Tensor, w: Optional[torch.Tensor]) -> torch.Tens
 
 
 class PopPPO(PopulationAlgorithm):
-    """K PPO members stacked in one program on one shared simulator (module docstring)."""
+    """K PPO agents sharing one batched simulator, per-member hyperparameters, in-trial PBT."""
 
     LOSS_STATS = ("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "clip_fraction")
 
@@ -431,7 +431,7 @@ class PopPPO(PopulationAlgorithm):
 
 
 class PopA2C(PopPPO):
-    """K A2C members: PopPPO with one full-batch step per iteration (PopA2CConfig)."""
+    """K A2C agents sharing one batched simulator: PopPPO with one full-batch step per iteration."""
 
     @classmethod
     def get_default_config(cls) -> PopA2CConfig:
