@@ -297,7 +297,7 @@ def test_pql_ray_learner_device_is_checked_in_its_actor(listen):
     from rllib_fast.core.devices import DeviceUnavailableError
     from rllib_fast.core.local_ray import AUTH_ENABLED_NOTICE, AUTH_LOGGER
 
-    assert not ray.is_initialized()
+    ours = not ray.is_initialized()   # (another test's Ray may be up: then PQL uses it)
     auth = listen(AUTH_LOGGER)
     cfg = PQLConfig().environment("Pendulum", num_envs=8, env_device="cpu").training(
         backend="ray", p_learner_device="cuda", num_cpus_per_pql_learner=0.25)
@@ -308,7 +308,8 @@ def test_pql_ray_learner_device_is_checked_in_its_actor(listen):
         assert "`p_learner_device` = 'cuda'" in line and "available here" in line, line
         assert not [m for m in auth if AUTH_ENABLED_NOTICE in m], auth
     finally:
-        ray.shutdown()
+        if ours:
+            ray.shutdown()
 
 
 def test_remote_device_error_is_reraised_as_its_line():
