@@ -143,6 +143,11 @@ def test_act_step_and_whole_minibatch_step_are_one_graph_each(aot_eager, env):
     algo = FastPPOConfig().environment(env, num_envs=8).training(
         rollout_length=8, num_epochs=2, num_minibatches=2, hidden_sizes=[32], compile=True).debugging(seed=1).build_algo()
     algo.train()
+    # static shapes, lr a tensor: later iterations (adaptive-KL lr changes included) compile nothing new
+    # (checked before graph_breaks: dynamo's explain resets the compiled code)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    lrs = {algo.train()["learners"]["default_policy"]["curr_lr"] for _ in range(3)}
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs, lrs
     rule = algo.update_rule
     assert isinstance(rule.whole_step, WholeGradientStep)   # the minibatch step runs as one compiled function
     assert graph_breaks(algo._act_step, algo.obs) == 0
