@@ -727,7 +727,8 @@ def main(argv: Optional[List[str]] = None) -> None:
                     machine=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, "
                             f"Python {platform.python_version()}",
                     threads=args.threads, seeds=seeds, budget=budget, target=args.target,
-                    mujoco_budget=args.mujoco_budget, mjlab_budget=args.mjlab_budget, total_min=(time.time() - t0) / 60, contention=args.contention)
+                    mujoco_budget=args.mujoco_budget,
+                    mjlab_budget=min(args.mjlab_budget, 30.0) if args.quick else args.mjlab_budget, total_min=(time.time() - t0) / 60, contention=args.contention)
         if args.update:   # replace the re-run arms' records in a saved result
             note = f"{', '.join(a.key for a in arms)} re-run ({meta['contention'] or 'no note'})"
             records, meta, saved_dir = H.merge_update(args.update, records, meta, seeds, note=note)
