@@ -731,7 +731,10 @@ def main(argv: Optional[List[str]] = None) -> None:
                     mjlab_budget=min(args.mjlab_budget, 30.0) if args.quick else args.mjlab_budget, total_min=(time.time() - t0) / 60, contention=args.contention)
         if args.update:   # replace the re-run arms' records in a saved result
             note = f"{', '.join(a.key for a in arms)} re-run ({meta['contention'] or 'no note'})"
+            mjlab_cap = meta["mjlab_budget"]
             records, meta, saved_dir = H.merge_update(args.update, records, meta, seeds, note=note)
+            if "mjlab" in parts:   # the saved result may predate the mjlab part
+                meta["mjlab_budget"] = mjlab_cap
             out_dir = args.out_dir or saved_dir
     os.makedirs(out_dir, exist_ok=True)
     md = build_report(records, meta)
