@@ -61,8 +61,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_KEYS = ("training_iteration", "time_total_s", "time_this_iter_s",
                 "num_env_steps_sampled_lifetime", "num_env_steps_trained_lifetime",
                 "num_episodes_lifetime")
-#: Flattened-key prefixes recorded (when numeric).
-DEFAULT_PREFIXES = ("env_runners/", "evaluation/", "learners/", "timers/", "perf/")
+#: Flattened-key prefixes recorded (when numeric). ``population/``: the populations' per-member
+#: returns and hyperparameters (``population/member_<i>/...``, PopTD3 ... PopPPO)
+DEFAULT_PREFIXES = ("env_runners/", "evaluation/", "learners/", "timers/", "perf/", "population/")
 #: Substrings of flattened keys never recorded (per-agent/-module duplicates, config echo).
 DEFAULT_EXCLUDE = ("config/", "/agent_episode_return", "/module_episode_return",
                    "/num_agent_steps", "/num_module_steps", "/weights_seq_no", "_throughput/throughput_since_last_restore")

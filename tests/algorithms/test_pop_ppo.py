@@ -250,25 +250,44 @@ def test_popa2c_trains():
     algo.stop()
 
 
+def _best_until(cfg, threshold, max_iters):
+    algo = cfg.build_algo()
+    best = -math.inf
+    for _ in range(max_iters):
+        r = ret(algo.train())
+        best = max(best, r if r == r else -math.inf)
+        if best >= threshold:
+            break
+    algo.stop()
+    return best
+
+
+@pytest.mark.slow
 def test_popppo_learns_cartpole_best_member():
-    algo = PopPPOConfig().environment("CartPole").training(
-        population_size=4, num_envs_per_member=16, rollout_length=64).debugging(seed=0).build_algo()
-    best = -math.inf
-    for _ in range(40):
-        best = ret(algo.train())
-        if best >= 475:
-            break
-    assert best >= 475
-    algo.stop()
+    """K=8 members of 16 envs (FastPPO's defaults each, PBT every 8 iterations): the best member's
+    recent mean return reaches 475."""
+    cfg = PopPPOConfig().environment("CartPole").training(
+        population_size=8, num_envs_per_member=16, pbt_interval=8).debugging(seed=0)
+    assert _best_until(cfg, 475, 60) >= 475
 
 
+@pytest.mark.slow
 def test_popppo_learns_pendulum_best_member():
-    algo = PopPPOConfig().environment("Pendulum").training(
-        population_size=4, num_envs_per_member=16, rollout_length=64).debugging(seed=0).build_algo()
-    best = -math.inf
-    for _ in range(80):
-        best = ret(algo.train())
-        if best >= -300:
-            break
-    assert best >= -300
+    """benchmarks/pop_ppo.py's Pendulum arm (K=8 x 16 envs, PBT every 8 iterations): measured -200
+    at 255k env steps, seed 0 (about 27 iterations)."""
+    cfg = PopPPOConfig().environment("Pendulum").training(
+        population_size=8, num_envs_per_member=16, pbt_interval=8).debugging(seed=0)
+    assert _best_until(cfg, -200, 60) >= -200
+
+
+def test_mlflow_records_each_members_return_and_hyperparameters():
+    from rllib_fast.tune.mlflow import DEFAULT_EXCLUDE, DEFAULT_KEYS, DEFAULT_PREFIXES, select_metrics
+
+    algo = tiny(population_size=2, pbt_init="sample").build_algo()
+    r = algo.train()
     algo.stop()
+    values = select_metrics(r, DEFAULT_KEYS, DEFAULT_PREFIXES, DEFAULT_EXCLUDE)
+    for m in range(2):
+        for key in ("lr", "clip_param", "gamma", "lambda_", "entropy_coeff", "vf_loss_coeff"):
+            assert f"population/member_{m}/{key}" in values
+    assert "env_runners/episode_return_mean" in values or math.isnan(ret(r))
