@@ -400,10 +400,12 @@ def run(args) -> None:
 
 
 def rate(args) -> None:
-    """Raw physics rate per N, alternating short windows of every N in one process
-    (the host's drift and the other jobs' load then hit every N alike): each window
-    steps the mjlab env under the learners' workload (random clocks, actions ~ N(0, 0.5)),
-    with mjlab's auto-reset."""
+    """Physics and training-loop rates per N, alternating short windows of every N in
+    one process (the host's drift and the other jobs' load then hit every N alike).
+    Per round and N: a raw window (the mjlab env under the learners' workload: random
+    clocks, actions ~ N(0, 0.5), mjlab's auto-reset) and one training iteration of the
+    parity arm (FastPPO with every rsl_rl switch, ``--overrides`` applied: e.g. another
+    schedule), so env steps / loop rate + build time estimates the time to the target."""
     import torch
 
     torch.set_num_threads(args.threads)
@@ -411,9 +413,14 @@ def rate(args) -> None:
     from mjlab.envs import ManagerBasedRlEnv
     from mjlab.tasks.registry import load_env_cfg
 
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+
+    ParityPPO = _build_classes()
+    cls = type("ParityPPO_all", (ParityPPO,), {"SWITCHES": ALL_RSL})
     task, _ = TASKS[args.task]
     ns = [int(x) for x in args.ns.split(",")]
-    envs = {}
+    extra = json.loads(args.overrides) if args.overrides else {}
+    envs, algos = {}, {}
     for n in ns:
         cfg = load_env_cfg(task)
         cfg.scene.num_envs, cfg.seed, cfg.episode_length_s = n, 0, EPISODE_S
@@ -421,25 +428,47 @@ def rate(args) -> None:
         env.reset()
         env.episode_length_buf = torch.randint_like(env.episode_length_buf, 0, int(env.max_episode_length))
         envs[n] = env
-    rates: Dict[int, List[float]] = {n: [] for n in ns}
-    for r in range(args.rounds):
+        kw = dict(MAPPED, normalize_values=False, **extra)
+        algos[n] = (FastPPOConfig(algo_class=cls).environment(
+            f"mjlab:{task}", num_envs=n, env_device="cpu",
+            env_config={"cfg": {"episode_length_s": EPISODE_S}, "exact_final_obs": False, "clip_actions": 1e9})
+            .training(**kw).debugging(seed=0).build_algo())
+    raw: Dict[int, List[float]] = {n: [] for n in ns}
+    loop: Dict[int, List[float]] = {n: [] for n in ns}
+    for r in range(args.rounds + 1):   # round 0 warms up
         for n in ns:
             env = envs[n]
             steps = max(8, int(args.window_steps // n))
-            a = torch.randn(n, 1) * 0.5
-            for _ in range(2):
-                env.step(a)
             t0 = time.perf_counter()
             for _ in range(steps):
                 env.step(torch.randn(n, 1) * 0.5)
-            rates[n].append(steps * n / (time.perf_counter() - t0))
-        print("round", r, {n: round(rates[n][-1]) for n in ns}, flush=True)
+            raw_r = steps * n / (time.perf_counter() - t0)
+            algo = algos[n]
+            t0 = time.perf_counter()
+            it = 0
+            while True:
+                algo.train()
+                it += 1
+                if it * algo.horizon * n >= args.window_steps // 2:
+                    break
+            loop_r = it * algo.horizon * n / (time.perf_counter() - t0)
+            if r:
+                raw[n].append(raw_r)
+                loop[n].append(loop_r)
+        if r:
+            print("round", r, {n: (round(raw[n][-1]), round(loop[n][-1])) for n in ns}, flush=True)
+    for a in algos.values():
+        a.stop()
     out = dict(task=args.task, date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), rounds=args.rounds,
-               window_steps=args.window_steps, threads=args.threads,
-               median={n: statistics.median(v) for n, v in rates.items()}, all=rates)
-    with open(os.path.join(RESULTS, f"rsl_parity_rate_{args.task}.json"), "w") as f:
+               window_steps=args.window_steps, threads=args.threads, overrides=extra,
+               raw_median={n: statistics.median(v) for n, v in raw.items()},
+               loop_median={n: statistics.median(v) for n, v in loop.items()},
+               loop_over_raw={n: statistics.median([l / w for l, w in zip(loop[n], raw[n])]) for n in ns},
+               raw=raw, loop=loop)
+    tag = ("_" + args.tag) if args.tag else ""
+    with open(os.path.join(RESULTS, f"rsl_parity_rate_{args.task}{tag}.json"), "w") as f:
         json.dump(out, f, indent=1)
-    print(json.dumps(out["median"]))
+    print(json.dumps({k: out[k] for k in ("raw_median", "loop_median", "loop_over_raw")}))
 
 
 # ---------------------------------------------------------------------------------------
@@ -507,16 +536,22 @@ def report(args) -> None:
                          f"{_fmt(r['median']) if r['median'] != math.inf else '> cap'} | {per} | "
                          f"{r['sps'] / 1e3:.1f}k | {label} |")
         lines.append("")
-    for task in ("balance", "swingup"):
-        p = os.path.join(RESULTS, f"rsl_parity_rate_{task}.json")
-        if os.path.exists(p):
-            with open(p) as f:
-                rr = json.load(f)
-            lines += [f"## Raw physics rate, {task} ({rr['date']}, {rr['rounds']} alternating rounds, one process)",
-                      "", "| N | median env-steps/s | rounds |", "| ---: | ---: | :--- |"]
-            for n, v in rr["median"].items():
-                lines.append(f"| {n} | {v / 1e3:.1f}k | " + ", ".join(f"{x / 1e3:.1f}k" for x in rr["all"][n]) + " |")
-            lines.append("")
+    import glob
+
+    for p in sorted(glob.glob(os.path.join(RESULTS, "rsl_parity_rate_*.json"))):
+        with open(p) as f:
+            rr = json.load(f)
+        ov = ", ".join(f"{k}={v}" for k, v in (rr.get("overrides") or {}).items()) or "parity schedule"
+        lines += [f"## Rates per N, {rr['task']} ({ov}; {rr['date']}, {rr['rounds']} alternating rounds in one "
+                  "process, shared machine)", "",
+                  "Raw: the mjlab env alone under the learners' workload; loop: whole FastPPO parity iterations "
+                  "(rollout + update) in the same round; loop/raw: the median of the per-round ratios (drift "
+                  "cancels within a round).", "",
+                  "| N | raw env-steps/s | loop env-steps/s | loop / raw |", "| ---: | ---: | ---: | ---: |"]
+        for n in rr["raw_median"]:
+            lines.append(f"| {n} | {rr['raw_median'][n] / 1e3:.1f}k | {rr['loop_median'][n] / 1e3:.1f}k | "
+                         f"{rr['loop_over_raw'][n]:.2f} |")
+        lines.append("")
     md = "\n".join(lines)
     with open(os.path.join(RESULTS, "rsl_parity.md"), "w") as f:
         f.write(md + "\n")
@@ -546,6 +581,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     q.add_argument("--rounds", type=int, default=6)
     q.add_argument("--window-steps", type=int, default=20_000)
     q.add_argument("--threads", type=int, default=1)
+    q.add_argument("--overrides", default="", help="JSON of FastPPO keys for the loop windows")
+    q.add_argument("--tag", default="", help="suffix of the rate file")
     s = sub.add_parser("report", help="tables from the runs file")
     s.add_argument("--out", default="")
     sub.add_parser("list", help="the arms")
