@@ -291,3 +291,48 @@ def test_mlflow_records_each_members_return_and_hyperparameters():
         for key in ("lr", "clip_param", "gamma", "lambda_", "entropy_coeff", "vf_loss_coeff"):
             assert f"population/member_{m}/{key}" in values
     assert "env_runners/episode_return_mean" in values or math.isnan(ret(r))
+
+
+def test_export_the_best_member_or_member_k(tmp_path):
+    from rllib_fast.export import export_checkpoint, load_policy_module
+
+    algo = tiny("Pendulum", population_size=3, pbt_init="sample").build_algo()
+    algo.train()
+    algo.train()
+    obs = algo.obs[:4]
+    path = algo.save_to_path(str(tmp_path / "c"))
+    for member in (None, 2):
+        live = algo.get_module(member=member).select()
+        loaded = load_policy_module(path, member=member if member is not None else None)
+        with torch.no_grad():
+            a = live.forward_inference({"obs": obs})["actions"]
+        if member is None:   # the checkpoint's module is the best member at save time
+            assert torch.equal(loaded.forward_inference({"obs": obs})["actions"], a)
+        assert a.shape == (4, 1)
+    with pytest.raises(ValueError, match="allowed: None"):
+        algo.get_module(member=3)
+    out = algo.export_policy(str(tmp_path / "p.pt"), format="torchscript", member=1)
+    scripted = torch.jit.load(out)
+    with torch.no_grad():
+        expect = algo.get_module(member=1).select().forward_inference({"obs": obs})["actions"]
+    assert torch.allclose(scripted(obs), expect)
+    assert export_checkpoint(path, format="torchscript").endswith("policy.pt")
+    algo.stop()
+
+
+def test_tune_runs_a_popppo_trial_and_sees_the_best_members_return(tmp_path):
+    import ray
+    from ray import tune
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        space = tiny(population_size=2).to_dict()
+        res = tune.Tuner("PopPPO", param_space=space, run_config=tune.RunConfig(
+            storage_path=str(tmp_path), stop={"training_iteration": 6}, verbose=0)).fit()
+        r = res[0].metrics
+        assert r["training_iteration"] == 6
+        assert "member_1" in r["population"]
+        fit = [r["population"][f"member_{m}"]["episode_return_mean"] for m in range(2)]
+        assert ret(r) == max(v for v in fit if not math.isnan(v))
+    finally:
+        ray.shutdown()
