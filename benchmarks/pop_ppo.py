@@ -8,6 +8,8 @@ Two tasks, each arm in its own child process (``_harness.py``), seeds 0-2:
   simulator of 4n envs, in-trial PBT on, members drawn from the same spread as
   the Tune PBT arm (lr, entropy_coeff, clip_param) around the rsl_rl-style start;
   time to target = until the *best member's* recent mean return reaches it;
+  ``popppo4-<n/4>``: the same with 4 members of n/4 envs (one simulator of n envs);
+  the goal ratio takes the faster of the two;
 * ``pbt-<n>``: today's way, Ray Tune PBT over 4 FastPPO trials of ``n`` envs each,
   each trial its own simulator (``benchmarks/mjlab.py:arm_pbt``, both cores);
 * ``fastppo_rsl-<n>``: one FastPPO run, rsl_rl-style (``mjlab.py:arm_fastppo``);
@@ -164,6 +166,8 @@ def mjlab_arms(n: int = MJLAB_N) -> List[H.Arm]:
     return [
         H.Arm(f"popppo4-{n}", "PopPPO-4", f"PopPPO K=4 (PBT), one simulator of {4 * n} envs, {n} per member",
               FN + "arm_popppo", {"num_envs": n, "members": 4}, num_envs=4 * n),
+        H.Arm(f"popppo4-{n // 4}", "PopPPO-4", f"PopPPO K=4 (PBT), one simulator of {n} envs, {n // 4} per member",
+              FN + "arm_popppo", {"num_envs": n // 4, "members": 4}, num_envs=n),
         H.Arm(f"pbt-{n}", "FastPPO-PBT", f"Tune PBT, 4 FastPPO trials of {n} envs (both cores)", MJ + "arm_pbt",
               {"num_envs": n, "interval": POP_PBT_INTERVAL}, num_envs=n),
         H.Arm(f"fastppo_rsl-{n}", "FastPPO", f"one FastPPO run, rsl_rl-style, N={n}", MJ + "arm_fastppo",
@@ -204,7 +208,8 @@ def goals(rows: List[Dict[str, Any]], n: int = MJLAB_N) -> List[List[str]]:
     """The issue's three ratios from the learn rows (None where an arm is missing or did not reach)."""
     rsl = [t for t in (_t(_row(rows, f"rsl_rl-{n}")), _t(_row(rows, f"rsl_rl-{4 * n}"))) if t is not None]
     best_rsl = min(rsl) if rsl else None
-    pop4 = _t(_row(rows, f"popppo4-{n}"))
+    pop4s = [t for t in (_t(_row(rows, f"popppo4-{n}")), _t(_row(rows, f"popppo4-{n // 4}"))) if t is not None]
+    pop4 = min(pop4s) if pop4s else None   # the faster K=4 layout (members of n or n/4 envs)
     pbt = _t(_row(rows, f"pbt-{n}"))
     pop8 = _t(_row(rows, "popppo8-pend"))
     fast = _t(_row(rows, "fastppo-pend"))
