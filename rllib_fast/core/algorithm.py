@@ -66,6 +66,16 @@ class FastAlgorithm(CheckpointedAlgorithm, Evaluation, Algorithm):
     # state and storages; a mismatch found later would leave a half-restored algorithm).
     LAYOUT_KEYS: tuple = ("num_envs",)
 
+    # Declared here, set by the build (and read by get_module, checkpoints, cleanup even when a
+    # build failed part way): the env and evaluation env, the policy module of algorithms that
+    # have one, the lr last applied from the config, the data-parallel group and context.
+    env: Optional[TensorVecEnv] = None
+    _eval_env: Optional[TensorVecEnv] = None
+    module: Optional[torch.nn.Module] = None
+    _applied_lr: Optional[float] = None
+    _dp_group = None
+    dist = None
+
     # -- construction ---------------------------------------------------------
     def setup(self, config: AlgorithmConfig) -> None:  # noqa: D401 - RLlib hook
         # Bookkeeping Algorithm.setup would have done, minus EnvRunnerGroup/LearnerGroup.
@@ -209,7 +219,7 @@ class FastAlgorithm(CheckpointedAlgorithm, Evaluation, Algorithm):
         """Apply :meth:`configured_lr` if it differs from the value last
         applied (or restored with a checkpoint); otherwise keep the lr in effect."""
         lr = self.configured_lr()
-        if lr != getattr(self, "_applied_lr", None):
+        if lr != self._applied_lr:
             self.set_lr(lr)
             self._applied_lr = lr
 
@@ -237,7 +247,7 @@ class FastAlgorithm(CheckpointedAlgorithm, Evaluation, Algorithm):
         return []
 
     def get_module(self, module_id: str = DEFAULT_MODULE_ID):
-        return getattr(self, "module", None)
+        return self.module
 
     def log_env_steps(self, n: int) -> None:
         """Count sampled env steps (standard keys, with throughput)."""
@@ -315,15 +325,15 @@ class FastAlgorithm(CheckpointedAlgorithm, Evaluation, Algorithm):
 
 
     def _close_data_parallel(self) -> None:
-        if getattr(self, "_dp_group", None) is not None:
+        if self._dp_group is not None:
             self._dp_group.close()
             self._dp_group = None
-        if getattr(self, "dist", None) is not None:
+        if self.dist is not None:
             self.dist.close()
             self.dist = None
 
     def cleanup(self) -> None:
         self._close_data_parallel()
-        for env in (getattr(self, "env", None), getattr(self, "_eval_env", None)):
+        for env in (self.env, self._eval_env):
             if env is not None:
                 env.close()

@@ -84,7 +84,7 @@ class CheckpointedAlgorithm:
         cut them, as truncations at the checkpoint's observation)."""
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> Dict[str, Any]:
-        env_state = self.env.get_state() if hasattr(self.env, "get_state") else None
+        env_state = self.env.get_state()   # None for a source that cannot restore (TensorVecEnv's default)
         return {
             "components": {k: _to_cpu(v.state_dict()) for k, v in self.stateful_components().items()},
             "extra": _to_cpu(self.extra_state()),
@@ -95,7 +95,7 @@ class CheckpointedAlgorithm:
             "seed": self.seed,
             "setup": self._setup(),
             # the configured lr this state was trained under (the lr in effect is in the optimizers' state)
-            "applied_lr": getattr(self, "_applied_lr", None),
+            "applied_lr": self._applied_lr,
             "remote_learners": self._dp_group.get_states() if self._dp_group is not None else None,
         }
 
@@ -107,7 +107,7 @@ class CheckpointedAlgorithm:
         detail = self._setup_mismatch(setup, keys=self.LAYOUT_KEYS)
         if detail is not None:
             raise CheckpointMismatchError(detail)
-        source_restores = state.get("env") is not None and hasattr(self.env, "set_state")
+        source_restores = state.get("env") is not None
         live = None if source_restores else self._live_episodes()
         try:
             for k, v in self.stateful_components().items():

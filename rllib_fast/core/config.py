@@ -81,7 +81,7 @@ class FastConfig(AlgorithmConfig):
     def hyperparameter_spec(cls) -> Dict[str, Param]:
         spec: Dict[str, Param] = {}
         for klass in reversed(cls.__mro__):
-            spec.update(getattr(klass, "HYPERPARAMETERS", {}) if "HYPERPARAMETERS" in vars(klass) else {})
+            spec.update(vars(klass).get("HYPERPARAMETERS", {}))
         return spec
 
     @classmethod

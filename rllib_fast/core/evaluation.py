@@ -54,7 +54,7 @@ class Evaluation:
         cfg = self.config
         path_limit = cfg.evaluation_max_path_length or env.max_episode_steps or 100_000
         limit = min(path_limit, cfg.evaluation_max_env_steps or path_limit)
-        explore = bool(getattr(self.evaluation_config, "explore", False))
+        explore = bool(self.evaluation_config.explore)
         for t in range(limit):
             step = env.step(self.compute_actions(obs, explore=explore))
             valid = step.valid if step.valid is not None else torch.ones_like(finished)
