@@ -134,33 +134,19 @@ def _max_param_diff(f, p):
 def test_population_of_one_is_fastppo_from_the_same_seed(env):
     """Same initial weights, observation statistics and draws, hence the same start-state
     decorrelation, rollouts, targets and minibatches. Bit for bit: the build, the first
-    rollout and its targets, and (CartPole) the first iterations' updates; measured, the
-    stacked member's gradients then differ from nn.Linear's by 1 ulp in some backward
-    passes (CartPole: from the 13th minibatch step, with identical losses; Pendulum: from
-    the 2nd iteration, the log-std's gradient sums over a member axis), 3e-8 in the
-    parameters; after 6 iterations they stay below 1e-5 (docs/population.md)."""
+    rollout and its targets, and the first iterations (CartPole 3; Pendulum 1 here, 4 when
+    run alone in a fresh process); then a 1-ulp difference appears in one backward pass (CartPole: the 13th minibatch
+    step, with identical losses; cause not isolated) and grows to ~3e-7 in the parameters
+    after 8 iterations (docs/population.md)."""
     f, p = _fast_and_pop(env, rollout_length=16, num_epochs=2, num_minibatches=2)
     assert _max_param_diff(f, p) == 0.0
     assert torch.equal(f.obs, p.obs)
     assert torch.equal(f.module.obs_norm.mean, p.ac.obs_norm.mean[0])
-    with f.rng_stream:
-        f._rollout()
-        tf = f._targets()
-    with p.rng_stream:
-        p._rollout()
-        tp = p._targets()
-    assert torch.equal(f.storage["obs"], p.storage["obs"]) and torch.equal(f.storage["logp"], p.storage["logp"])
-    assert torch.equal(tf.advantages, tp[0][0]) and torch.equal(tf.value_targets, tp[1][0])
-    with f.rng_stream:
-        f._learn(tf)
-    with p.rng_stream:
-        p.learn(tp)
-    assert _max_param_diff(f, p) == 0.0
-    if env == "CartPole":
-        for _ in range(2):
-            f.train(), p.train()
-            assert _max_param_diff(f, p) == 0.0
-            assert f.optimizer.param_groups[0]["lr"] == p.optimizer.opt.param_groups[0]["lr"]
+    for i in range(3 if env == "CartPole" else 1):
+        f.train(), p.train()
+        assert torch.equal(f.storage["obs"], p.storage["obs"]) and torch.equal(f.storage["logp"], p.storage["logp"])
+        assert _max_param_diff(f, p) == 0.0, i
+        assert f.optimizer.param_groups[0]["lr"] == p.optimizer.opt.param_groups[0]["lr"]
     for _ in range(4):
         f.train(), p.train()
     assert _max_param_diff(f, p) < 1e-5

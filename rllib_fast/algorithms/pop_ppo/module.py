@@ -148,6 +148,8 @@ class StackedActorCritic(nn.Module):
         if self.state_dependent_std:
             mean, log_std = out.split(self.act_dim, dim=-1)
             return mean, (log_std + self.init_log_std).clamp(-20.0, 2.0)
+        if self.K == 1:   # FastPPO's expand ([A] -> [N, A]): its gradient sums over the same shape
+            return out, self.log_std[0].expand_as(out[0]).unsqueeze(0)
         return out, self.log_std.unsqueeze(1).expand_as(out)
 
     def sample(self, obs_n: torch.Tensor, deterministic: bool = False):
