@@ -51,6 +51,7 @@ Examples::
 
     python benchmarks/rsl_parity.py run --arms rsl_rl,parity,mapped --ns 128 --seeds 0,1,2,3
     python benchmarks/rsl_parity.py run --arms parity --task swingup --ns 256 --seeds 0,1,2,3
+    python benchmarks/rsl_parity.py run --arms=-init,+init --ns 128 --seeds 0   # '=': names start with '-'
     python benchmarks/rsl_parity.py rate --ns 64,128,256,1024 --rounds 6
     python benchmarks/rsl_parity.py report
 """
