@@ -29,8 +29,8 @@ _LOG_2PI = math.log(2 * math.pi)
 class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
     """Separate actor and critic MLPs.
 
-    ``model_config``: hidden_sizes, activation, std_mode, init_log_std,
-    normalize_obs (default True), state_dim (asymmetric actor-critic: the
+    ``model_config``: hidden_sizes, activation, init ('orthogonal' or
+    'torch': ``core.nets.mlp``), std_mode, init_log_std, normalize_obs (default True), state_dim (asymmetric actor-critic: the
     critic reads the source's privileged ``states`` of this width, normalised
     by their own ``state_norm``; None: the critic reads the observation).
     """
@@ -53,10 +53,11 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
             if not self.state_dependent_std:
                 self.log_std = nn.Parameter(torch.full((self.act_dim,), float(mc.get("init_log_std", 0.0))))
             self.init_log_std = float(mc.get("init_log_std", 0.0))
-        self.pi = mlp(obs_dim, hidden, out, act, out_gain=0.01)
+        init = mc.get("init", "orthogonal")
+        self.pi = mlp(obs_dim, hidden, out, act, out_gain=0.01, init=init)
         state_dim = mc.get("state_dim")
         self.asymmetric = state_dim is not None
-        self.vf = mlp(int(state_dim) if self.asymmetric else obs_dim, hidden, 1, act, out_gain=1.0)
+        self.vf = mlp(int(state_dim) if self.asymmetric else obs_dim, hidden, 1, act, out_gain=1.0, init=init)
         self.obs_norm = RunningMeanStd((obs_dim,))
         if self.asymmetric:  # the critic's own input statistics (states are not observations)
             self.state_norm = RunningMeanStd((int(state_dim),))

@@ -26,21 +26,33 @@ def auto_hidden_sizes(setting, obs_dim: int, large: Sequence[int]) -> list:
     return list(large) if obs_dim >= SMALL_OBS_DIM else list(SMALL_HIDDEN)
 
 
+#: layer initialisations ``mlp`` offers (the on-policy config key ``init``)
+INITS = ("orthogonal", "torch")
+
+
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str = "tanh",
-        out_gain: float = 1.0) -> nn.Sequential:
-    """Orthogonally initialised MLP (the PPO-standard init: sqrt(2) hidden
-    gain, a small gain on policy heads so initial actions are near-uniform)."""
+        out_gain: float = 1.0, init: str = "orthogonal") -> nn.Sequential:
+    """An MLP, initialised by ``init``: 'orthogonal' (the PPO-standard init:
+    sqrt(2) hidden gain, ``out_gain`` on the head, so a policy head with a
+    small gain starts near-uniform; zero biases) or 'torch' (PyTorch's own
+    ``nn.Linear`` init on every layer, ``out_gain`` unused: rsl_rl's, which
+    learns mjlab's ELU Cartpole in about half the env steps, docs/sources.md)."""
+    if init not in INITS:
+        raise ValueError(f"mlp: init = {init!r}; allowed: {', '.join(INITS)}")
+    orthogonal = init == "orthogonal"
     act = ACTIVATIONS[activation]
     layers, d = [], in_dim
     for h in hidden:
         lin = nn.Linear(d, h)
-        nn.init.orthogonal_(lin.weight, math.sqrt(2))
-        nn.init.zeros_(lin.bias)
+        if orthogonal:
+            nn.init.orthogonal_(lin.weight, math.sqrt(2))
+            nn.init.zeros_(lin.bias)
         layers += [lin, act()]
         d = h
     head = nn.Linear(d, out_dim)
-    nn.init.orthogonal_(head.weight, out_gain)
-    nn.init.zeros_(head.bias)
+    if orthogonal:
+        nn.init.orthogonal_(head.weight, out_gain)
+        nn.init.zeros_(head.bias)
     layers.append(head)
     return nn.Sequential(*layers)
 

@@ -24,6 +24,10 @@ def _pbt_interval_ok(v: Any) -> bool:
     return v is None or v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
 
 
+#: FastPPO keys (rsl_rl's behaviours, docs/sources.md) PopPPO accepts only at their default
+POP_UNSUPPORTED = {"init": "orthogonal"}
+
+
 class PopPPOConfig(FastPPOConfig):
     """K PPO agents sharing one batched simulator, with in-trial PBT.
 
@@ -99,6 +103,10 @@ class PopPPOConfig(FastPPOConfig):
             object.__setattr__(self, "num_envs", self.population_size * self.num_envs_per_member)
         except Exception:  # noqa: BLE001 - frozen configs already carry the derived value
             pass
+        for key, only in POP_UNSUPPORTED.items():   # FastPPO's rsl_rl options its stacked update lacks
+            if getattr(self, key) != only:
+                self._value_error(f"{name}: `{key}` = {getattr(self, key)!r} is not implemented by PopPPO's "
+                                  f"stacked networks and update; allowed: {only!r}")
         batch = self.resolved_horizon() * self.num_envs_per_member
         if batch < self.num_minibatches:
             self._value_error(f"{name}: `num_minibatches` = {self.num_minibatches} exceeds each member's batch "
