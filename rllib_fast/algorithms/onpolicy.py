@@ -23,6 +23,7 @@ from ..core.multi_learner import episode_report, log_learner_episodes
 from ..core.nets import ACTIVATIONS, INITS
 from ..core.params import POSITIVE_INT_LIST, Param
 from ..core.rollout import RolloutStorage, compute_gae
+from ..envs.base import Step
 from .actor_critic import ActorCriticModule
 from .asymmetric import ASYMMETRIC_CRITIC, current_states, final_states, state_dim, step_states
 
@@ -436,11 +437,14 @@ class OnPolicyAlgorithm(FastAlgorithm):
 
     def _learn(self, targets: Targets) -> None:
         """The update: the rule learns from the rollout's batch, the algorithm logs its statistics."""
-        st = self.storage
-        batch = OnPolicyBatch(st.flat("obs"), st.flat("actions"), st.flat("logp"), st.flat(self.critic_key),
-                              *targets)
-        for key, value in self.update_rule.learn(batch).items():
+        for key, value in self.update_rule.learn(self._batch(targets)).items():
             self.log_learner(key, value)
+
+    def _batch(self, targets: Targets) -> OnPolicyBatch:
+        """The rollout in storage and its targets as the batch an update rule learns from."""
+        st = self.storage
+        return OnPolicyBatch(st.flat("obs"), st.flat("actions"), st.flat("logp"), st.flat(self.critic_key),
+                             *targets)
 
     def optimizers(self) -> list:
         return [self.optimizer]
@@ -488,7 +492,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             if self.states is not None:   # before the step: a source may reuse its states buffer
                 st["states"][t].copy_(self.states)
             obs_n, action, logp, env_action = self._act_fn(self.obs)
-            step = env.step(env_action)
+            step = self._step_env(env_action)
             if step.valid is not None:
                 self.any_invalid = True
                 st["valid"][t].copy_(step.valid)
@@ -506,6 +510,11 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.tracker.update_batch(st["rewards"], st["done"], valid)
         if self.normalize_obs:
             module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self.reduce_over_learners)
+
+    def _step_env(self, actions: torch.Tensor) -> Step:
+        """One batched env step of a rollout (FastPPO's learn_while_stepping learns
+        while the simulator computes it: ``ppo.overlap``)."""
+        return self.env.step(actions)
 
     def _act_step(self, obs: torch.Tensor):
         """The act step's tensor work (what ``compile`` compiles): normalised

@@ -14,13 +14,18 @@ reduction at the end of an iteration.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Generator, Optional, Tuple
 
 import torch
 
+from ...core.rollout import RolloutStorage
+from ...envs import registry as env_registry
+from ...envs.base import Step, TensorVecEnv
+from ...envs.parallel import ParallelVecEnv
 from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, UpdateRule, standardize
 from .config import FastPPOConfig
 from .loss import kl_adapted_lr, ppo_loss
+from .overlap import OverlapSchedule
 
 
 
@@ -62,6 +67,18 @@ class PPOUpdate(UpdateRule):
         return float(self.settings.num_epochs)
 
     def learn(self, batch: OnPolicyBatch) -> Dict[str, Any]:
+        steps = self.learn_steps(batch)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def learn_steps(self, batch: OnPolicyBatch) -> Generator[None, None, Dict[str, Any]]:
+        """:meth:`learn` one minibatch step at a time: a generator that yields after
+        each gradient step and returns the statistics. How FastPPO's
+        ``learn_while_stepping`` spreads an update over the next rollout's env steps
+        (``ppo.overlap``); ``learn`` runs it to the end."""
         s, device = self.settings, self.device
         B = batch.advantages.shape[0]
         mb = B // s.num_minibatches
@@ -80,6 +97,7 @@ class PPOUpdate(UpdateRule):
                     stats[:5] += mstats
                     stats[5] += 1
                     epoch_kl += mstats[3]
+                yield
             if s.adaptive_lr_kl_target is not None:
                 self.learners.mean_(epoch_kl)  # every learner adapts lr from the same KL
                 self._adapt_lr(float(epoch_kl) / s.num_minibatches)
@@ -114,10 +132,97 @@ class PPOUpdate(UpdateRule):
 
 
 class FastPPO(OnPolicyAlgorithm):
-    """Synchronous batched PPO: the on-policy loop with PPO's update."""
+    """Synchronous batched PPO: the on-policy loop with PPO's update; with
+    ``learn_while_stepping`` each update runs during the next rollout, in the
+    simulator's shadow (:mod:`.overlap`)."""
 
     UPDATE = PPOUpdate
+    LEARNS_WHILE_STEPPING = True
+
+    # -- learn_while_stepping -------------------------------------------------------
+    def make_env(self, num_envs: int, seed: int, config=None) -> TensorVecEnv:
+        """The training env; with ``learn_while_stepping`` it must step in another
+        process (``step_async``/``step_wait``): a registered name is put in one
+        simulator process, other sources must come as such an env already."""
+        env = super().make_env(num_envs, seed, config)
+        if config is not None or not self.config.learn_while_stepping or _steps_elsewhere(env):
+            return env
+        name = self.config.env
+        env.close()
+        if not (isinstance(name, str) and env_registry.is_known(name)):
+            raise ValueError(f"FastPPO: `learn_while_stepping` = True needs the simulator in its own process; "
+                             f"env {name!r} steps in this one; allowed: a registered env name (run in a "
+                             "simulator process automatically) or an env with step_async/step_wait "
+                             "(rllib_fast.envs.ParallelEnvCreator)")
+        return ParallelVecEnv.from_name(name, num_envs, 1, device=str(self.device), seed=seed,
+                                        env_kwargs=dict(self.config.env_config))
+
+    def build(self) -> None:
+        super().build()
+        #: the batch whose update the next rollout carries (learn_while_stepping), else None
+        self.pending: Optional[OnPolicyBatch] = None
+        if self.config.learn_while_stepping:
+            st = self.storage
+            # the next rollout fills one storage while the pending batch reads the other
+            self._spare = RolloutStorage(st.horizon, st.num_envs,
+                                         {k: (tuple(v.shape[2:]), v.dtype) for k, v in st.data.items()}, self.device)
+            self._schedule = OverlapSchedule(self.horizon, self.config.learn_steps_per_env_step)
+            self._env_step_index = 0
+
+    def training_step(self) -> None:
+        if not self.config.learn_while_stepping:
+            return super().training_step()
+        s = self.update_rule.settings
+        trained = 0
+        if self.pending is not None:
+            self._schedule.begin(self.update_rule, self.pending, s.num_epochs * s.num_minibatches)
+            trained = self.pending.advantages.shape[0]
+        self._env_step_index = 0
+        with self.metrics.log_time(("timers", "rollout")):   # the pending update runs inside it
+            self._rollout()
+        with self.metrics.log_time(("timers", "learn")):
+            stats = self._schedule.finish()
+            batch = self._batch(self._targets())
+            self.storage, self._spare = self._spare, self.storage
+            self.pending = batch
+        for key, value in (stats or {}).items():
+            self.log_learner(key, value)
+        self.tracker.log_to(self.metrics)
+        self.log_env_steps(self.horizon * self.env.num_envs)
+        if trained:
+            self.log_trained_steps(trained)
+        self.log_learner("training_intensity", self.training_intensity())
+        self.log_learner("num_learners", self.world_size)
+
+    def _step_env(self, actions: torch.Tensor) -> Step:
+        if not self._schedule_active():
+            return self.env.step(actions)
+        self.env.step_async(actions)
+        self._schedule.work(self._env_step_index)   # while the simulator computes the step
+        self._env_step_index += 1
+        return self.env.step_wait()
+
+    def _schedule_active(self) -> bool:
+        return self.config.learn_while_stepping and self._schedule.active
+
+    def extra_state(self) -> Dict[str, Any]:
+        out = super().extra_state()
+        if self.config.learn_while_stepping:
+            out["pending"] = None if self.pending is None else self.pending._asdict()
+        return out
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        super().set_extra_state(state)
+        if self.config.learn_while_stepping:
+            pending = state.get("pending")
+            self.pending = None if pending is None else OnPolicyBatch(
+                **{k: None if v is None else v.to(self.device) for k, v in pending.items()})
 
     @classmethod
     def get_default_config(cls) -> FastPPOConfig:
         return FastPPOConfig()
+
+
+def _steps_elsewhere(env: TensorVecEnv) -> bool:
+    """Whether ``env`` can start a step and return before it is done."""
+    return callable(getattr(env, "step_async", None)) and callable(getattr(env, "step_wait", None))

@@ -38,6 +38,17 @@ class FastPPOConfig(OnPolicyConfig):
                                low=0.0, low_open=True, optional=True, live=True),
         "adaptive_lr_kl_target": Param(0.01, "adapt lr to keep the epoch KL near this target (None: off)",
                                        low=0.0, low_open=True, optional=True),
+        "learn_while_stepping": Param(False, "learn each rollout's batch during the next rollout, a few "
+                                      "minibatch steps while the simulator computes each env step (the "
+                                      "simulator runs in its own process; a registered env name is put in "
+                                      "one): the simulator waits only for the policy's forward, the policy "
+                                      "acts up to one update late (FastPPO only; docs/design-notes.md)",
+                                      (bool,)),
+        "learn_steps_per_env_step": Param(4, "learn_while_stepping: minibatch steps taken while the simulator "
+                                          "computes one env step, from the rollout's first step until the "
+                                          "update is done (None: spread evenly over the rollout); the largest "
+                                          "number that fits in one step's simulation time is best",
+                                          (int,), low=1, optional=True),
         "adaptive_lr_bounds": Param([1e-6, 1e-2], "min/max lr for adaptive-KL lr", (list, tuple),
                                     check=(lambda v: real_pair(v) and 0 < v[0] <= v[1], "[min, max] numbers, 0 < min <= max")),
     }
@@ -48,6 +59,14 @@ class FastPPOConfig(OnPolicyConfig):
         super().__init__(algo_class=algo_class or FastPPO)
 
     def validate_algorithm(self) -> None:
+        if self.learn_while_stepping:
+            name = getattr(self.algo_class, "__name__", "this algorithm")
+            if not getattr(self.algo_class, "LEARNS_WHILE_STEPPING", False):
+                self._value_error(f"{type(self).__name__}: `learn_while_stepping` = True is FastPPO's; {name} "
+                                  "overlaps (or not) by its own design; allowed: False")
+            if (self.num_learners or 0) > 1:
+                self._value_error(f"{type(self).__name__}: `learn_while_stepping` = True needs one learner "
+                                  f"(`num_learners` = {self.num_learners}); allowed: num_learners <= 1")
         learners = max(1, int(self.num_learners or 0))
         batch = self.resolved_horizon() * self.num_envs // learners   # each data-parallel learner splits its own share
         if batch < self.num_minibatches:

@@ -1,0 +1,146 @@
+"""FastPPO's ``learn_while_stepping``: each rollout's update runs during the next
+rollout, a few minibatch steps while the simulator (in its own process)
+computes each batched env step (``rllib_fast/algorithms/ppo/overlap.py``)."""
+import math
+
+import pytest
+import torch
+
+from rllib_fast.algorithms.hts import HTSPPOConfig
+from rllib_fast.algorithms.ppo import FastPPO, FastPPOConfig
+from rllib_fast.algorithms.ppo.overlap import OverlapSchedule
+from rllib_fast.envs import make
+from rllib_fast.envs.parallel import ParallelVecEnv
+
+
+def _config(**kw):
+    return (FastPPOConfig().environment("CartPole", num_envs=16)
+            .training(learn_while_stepping=True, rollout_length=8, num_epochs=2, num_minibatches=4, **kw)
+            .debugging(seed=0))
+
+
+class _Recorder:
+    """A stand-in for PPOUpdate.learn_steps that records when its steps run."""
+
+    def __init__(self, total, log):
+        self.total, self.log = total, log
+
+    def learn_steps(self, batch):
+        for i in range(self.total):
+            self.log.append(("learn", i))
+            yield
+        return {"done": 1.0}
+
+
+def _shadows(sched, total):
+    """How many minibatch steps the schedule runs in the shadow of each of 8 env steps."""
+    log = []
+    sched.begin(_Recorder(total, log), batch=None, total_steps=total)
+    for t in range(8):
+        log.append(("env", t))
+        sched.work(t)
+    assert sched.finish() == {"done": 1.0}
+    assert [i for kind, i in log if kind == "learn"] == list(range(total))   # all, in order, none twice
+    counts = []
+    for kind, _ in log:
+        if kind == "env":
+            counts.append(0)
+        else:
+            counts[-1] += 1
+    return counts
+
+
+def test_front_loaded_schedule_finishes_the_update_in_the_first_shadows():
+    assert _shadows(OverlapSchedule(horizon=8, per_env_step=4), 10) == [4, 4, 2, 0, 0, 0, 0, 0]
+    # 1 per shadow; the 2 left over run after the rollout (counted with the last step here)
+    assert _shadows(OverlapSchedule(horizon=8, per_env_step=1), 10) == [1] * 7 + [3]
+
+
+def test_schedule_spreads_every_minibatch_step_over_the_rollout():
+    assert _shadows(OverlapSchedule(horizon=8), 20) == [2, 3, 2, 3, 2, 3, 2, 3]
+    sched = OverlapSchedule(horizon=8)
+    assert not sched.active and sched.finish() is None
+
+
+def test_the_simulator_steps_in_its_own_process_and_each_update_runs_inside_the_next_rollout():
+    algo = _config().build_algo()
+    try:
+        assert isinstance(algo.env, ParallelVecEnv)
+        calls = []
+        step_async, step_wait = algo.env.step_async, algo.env.step_wait
+        learn_steps = algo.update_rule.learn_steps
+
+        def spy_steps(batch):
+            for _ in learn_steps(batch):
+                calls.append("learn")
+                yield
+        algo.env.step_async = lambda a: (calls.append("async"), step_async(a))[1]
+        algo.env.step_wait = lambda: (calls.append("wait"), step_wait())[1]
+        algo.update_rule.learn_steps = spy_steps
+
+        first = algo.train()
+        assert "learn" not in calls and algo.pending is not None           # nothing to learn yet
+        assert first.get("num_env_steps_trained_lifetime", 0) == 0
+        calls.clear()
+        algo.train()
+        # every learning step happens between a step's start and its wait
+        depth = 0
+        for c in calls:
+            depth += {"async": 1, "wait": -1}.get(c, 0)
+            if c == "learn":
+                assert depth == 1
+        assert calls.count("learn") == 2 * 4 and calls.count("async") == 8
+        assert calls[:calls.index("wait")].count("learn") == 4   # learn_steps_per_env_step: 4 in the first shadow
+    finally:
+        algo.stop()
+
+
+def test_learns_cartpole():
+    algo = (FastPPOConfig().environment("CartPole", num_envs=64)
+            .training(learn_while_stepping=True).debugging(seed=0).build_algo())
+    try:
+        best = -math.inf
+        for _ in range(60):
+            ret = algo.train()["env_runners"].get("episode_return_mean")
+            best = max(best, ret if ret is not None and not math.isnan(ret) else -math.inf)
+            if best >= 475:
+                break
+        assert best >= 475
+    finally:
+        algo.stop()
+
+
+def test_in_process_restore_continues_exactly(tmp_path):
+    algo = _config().build_algo()
+    try:
+        for _ in range(3):
+            algo.train()
+        assert algo.pending is not None
+        algo.save_to_path(str(tmp_path / "ckpt"))
+        ref = algo.train()
+        ref_params = {k: v.clone() for k, v in algo.module.state_dict().items()}
+    finally:
+        algo.stop()
+    restored = FastPPO.from_checkpoint(str(tmp_path / "ckpt"))
+    try:
+        out = restored.train()
+        for k, v in restored.module.state_dict().items():
+            assert torch.equal(v, ref_params[k]), k
+        assert out["env_runners"]["episode_return_mean"] == ref["env_runners"]["episode_return_mean"]
+    finally:
+        restored.stop()
+
+
+def test_bad_settings_fail_at_validation_in_one_line():
+    with pytest.raises(ValueError, match="`learn_while_stepping` = True is FastPPO's"):
+        HTSPPOConfig().environment("CartPole", num_envs=16).training(learn_while_stepping=True).validate()
+    with pytest.raises(ValueError, match="needs one learner"):
+        _config().learners(num_learners=2).validate()
+
+
+def test_a_source_stepping_in_this_process_is_refused_with_the_key():
+    cfg = (FastPPOConfig().environment(lambda ctx: make("CartPole", num_envs=ctx["num_envs"], seed=ctx["seed"]),
+                                       num_envs=16)
+           .training(learn_while_stepping=True).debugging(seed=0))
+    with pytest.raises(ValueError, match="learn_while_stepping"):
+        cfg.build_algo()
