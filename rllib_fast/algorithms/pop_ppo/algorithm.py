@@ -166,7 +166,7 @@ class PopPPO(PopulationAlgorithm):
         self.states = current_states(env) if self.state_dim is not None else None
         self.any_invalid = False
         self._act_fn = compiled(self._act_step, cfg.compile, self.device)
-        self.update_step = compiled(self._loss, cfg.compile, self.device)
+        self.loss_fn = compiled(self._loss, cfg.compile, self.device)   # the loss (PopulationAlgorithm.update_step is a whole update)
         self._decorrelate()
 
     # -- member views ----------------------------------------------------------------------------
@@ -367,7 +367,7 @@ class PopPPO(PopulationAlgorithm):
             epoch_kl = torch.zeros(K, device=device)
             for i in range(cfg.num_minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
-                loss, mstats = self.update_step(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
+                loss, mstats = self.loss_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
                 self.optimizer.step(torch.autograd.grad(loss, self.params))
                 with torch.no_grad():
                     stats += mstats
