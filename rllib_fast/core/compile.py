@@ -147,14 +147,19 @@ class WholeGradientStep:
 
     def __call__(self, batch, idx, denom) -> torch.Tensor:
         group = self.rule.optimizer.param_groups[0]
-        if group["lr"] != self._lr_value:   # once per adaptive-KL change, never per minibatch
-            self._lr_value = group["lr"]
-            self._lr.fill_(float(group["lr"]))
+        lr = group["lr"]
+        if torch.is_tensor(lr):   # a rule adapting lr on the device (PPO's adaptive_lr_every='minibatch')
+            self._lr_value = None
+        else:
+            if lr != self._lr_value:   # once per adaptive-KL change, never per minibatch
+                self._lr_value = lr
+                self._lr.fill_(float(lr))
+            lr = self._lr
         steps, avgs, sqs = self._state()
         clip = self.rule.settings.grad_clip
         beta1, beta2 = group["betas"]
         with torch._dynamo.config.patch(trace_autograd_ops=True):
-            return self._fn(batch, idx, denom, self._lr, steps, avgs, sqs,
+            return self._fn(batch, idx, denom, lr, steps, avgs, sqs,
                             -1.0 if clip is None else float(clip), float(beta1), float(beta2), float(group["eps"]))
 
     def _step(self, batch, idx, denom, lr, steps, avgs, sqs, clip: float, beta1: float, beta2: float,

@@ -24,14 +24,14 @@ def test_torch_init_is_nn_linear_default_and_orthogonal_is_unchanged():
     torch.manual_seed(0)
     ref = [nn.Linear(32, 256), nn.Linear(256, 256), nn.Linear(256, 4)]
     torch.manual_seed(0)
-    net = mlp(32, [256, 256], 4, "elu", out_gain=0.01, init="torch")
+    net = mlp(32, [256, 256], 4, "elu", out_gain=0.01, init="torch").requires_grad_(False)
     for got, want in zip(linears(net), ref):   # the same draws as nn.Linear's own init
         torch.testing.assert_close(got.weight, want.weight, rtol=0, atol=0)
         torch.testing.assert_close(got.bias, want.bias, rtol=0, atol=0)
         bound = 1 / math.sqrt(got.in_features)   # Kaiming-uniform(a=sqrt 5) = U(+-1/sqrt(fan_in)); same bias
         assert float(got.weight.abs().max()) <= bound and float(got.bias.abs().max()) <= bound
         assert float(got.bias.abs().max()) > 0.5 * bound
-    ortho = mlp(32, [256, 256], 4, "elu", out_gain=0.01)
+    ortho = mlp(32, [256, 256], 4, "elu", out_gain=0.01).requires_grad_(False)
     for lin in linears(ortho):
         assert float(lin.bias.abs().max()) == 0.0
     w = linears(ortho)[0].weight   # 256 x 32, gain sqrt 2: orthonormal columns scaled by sqrt 2
@@ -64,3 +64,110 @@ def test_init_default_is_orthogonal():
 def test_init_validation_names_key_and_allowed_values():
     with pytest.raises(ValueError, match=r"`init` = 'xavier'.*allowed: one of 'orthogonal', 'torch'"):
         small(init="xavier").validate()
+
+
+# -- adaptive_lr_every, kl_estimator ------------------------------------------------
+def record_step_lrs(algo):
+    """The lr each gradient step of the update reads (recorded on the host, test only)."""
+    seen, rule = [], algo.update_rule
+    step = rule.gradient_step
+
+    def recording(batch, idx, denom):
+        seen.append(float(rule.optimizer.param_groups[0]["lr"]))
+        return step(batch, idx, denom)
+
+    rule.gradient_step = recording
+    return seen
+
+
+def test_minibatch_lr_adaptation_changes_lr_between_minibatches_without_host_floats():
+    algo = small(adaptive_lr_every="minibatch", num_epochs=2, num_minibatches=4, lr=1e-4).build_algo()
+    rule = algo.update_rule
+    lr_types = []
+    step = rule.gradient_step
+
+    def typed(batch, idx, denom):   # the optimizer holds a device tensor during the update
+        lr_types.append(torch.is_tensor(rule.optimizer.param_groups[0]["lr"]))
+        return step(batch, idx, denom)
+
+    rule.gradient_step = typed
+    seen = record_step_lrs(algo)
+    algo.train()
+    assert len(seen) == 8 and all(lr_types)
+    # tiny steps at lr 1e-4: KL far under half the target, so the lr grows x1.5 per minibatch
+    # (not on the first one: its KL is ~0 at most, old = new) within one update
+    ratios = [b / a for a, b in zip(seen, seen[1:])]
+    assert all(r == pytest.approx(1.5, rel=1e-5) for r in ratios[1:]), seen
+    assert len(set(round(x, 12) for x in seen)) >= 7
+    lr_after = rule.optimizer.param_groups[0]["lr"]
+    assert isinstance(lr_after, float)   # a float again between updates (logs, checkpoints)
+    assert algo.train()["learners"]["default_policy"]["curr_lr"] >= lr_after
+    algo.stop()
+
+
+def test_epoch_lr_adaptation_keeps_lr_fixed_within_an_epoch():
+    algo = small(num_epochs=2, num_minibatches=4, lr=1e-4).build_algo()
+    seen = record_step_lrs(algo)
+    algo.train()
+    assert len(set(seen[:4])) == 1 and len(set(seen[4:])) == 1 and seen[4] == pytest.approx(1.5 * seen[0])
+    algo.stop()
+
+
+def test_kl_adapted_lr_grows_only_at_positive_kl_when_asked():
+    from rllib_fast.algorithms.ppo.loss import kl_adapted_lr
+
+    assert kl_adapted_lr(1e-3, 0.0, 0.01, 1e-5, 1e-2) == pytest.approx(1.5e-3)
+    assert kl_adapted_lr(1e-3, 0.0, 0.01, 1e-5, 1e-2, grow_at_zero=False) == 1e-3
+    assert kl_adapted_lr(1e-3, 1e-4, 0.01, 1e-5, 1e-2, grow_at_zero=False) == pytest.approx(1.5e-3)
+    t = kl_adapted_lr(torch.tensor(1e-3), torch.tensor(0.0), 0.01, 1e-5, 1e-2, grow_at_zero=False)
+    assert float(t) == pytest.approx(1e-3)
+    t = kl_adapted_lr(torch.tensor(1e-3), torch.tensor(0.05), 0.01, 1e-5, 1e-2, grow_at_zero=False)
+    assert float(t) == pytest.approx(1e-3 / 1.5)
+
+
+def test_analytic_kl_matches_torch_distributions():
+    from torch.distributions import Categorical, Normal, kl_divergence
+
+    from rllib_fast.algorithms.ppo.loss import analytic_kl
+
+    g = torch.Generator().manual_seed(0)
+    m0, m1 = torch.randn(5, 3, generator=g), torch.randn(5, 3, generator=g)
+    s0, s1 = 0.3 * torch.randn(5, 3, generator=g), 0.3 * torch.randn(3, generator=g)
+    want = kl_divergence(Normal(m0, s0.exp()), Normal(m1, s1.exp())).sum(-1)
+    torch.testing.assert_close(analytic_kl(m0, s0, m1, s1), want)
+    l0, l1 = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g)
+    torch.testing.assert_close(analytic_kl(l0, None, l1, None),
+                               kl_divergence(Categorical(logits=l0), Categorical(logits=l1)))
+
+
+@pytest.mark.parametrize("env", ["Pendulum", "CartPole"])
+@pytest.mark.parametrize("every", ["epoch", "minibatch"])
+def test_analytic_kl_estimator_adapts_lr(env, every):
+    algo = small(env, kl_estimator="analytic", adaptive_lr_every=every, lr=1e-4).build_algo()
+    r = algo.train()["learners"]["default_policy"]
+    assert r["curr_lr"] > 1e-4 and math.isfinite(r["policy_loss"])
+    algo.stop()
+
+
+def test_minibatch_lr_adaptation_under_compile_matches_eager(monkeypatch):
+    from rllib_fast.core import compile as compile_mod
+
+    monkeypatch.setattr(compile_mod, "BACKEND", "aot_eager")
+    kw = dict(adaptive_lr_every="minibatch", lr=1e-4, hidden_sizes=[32])
+    eager = small("CartPole", **kw).build_algo()
+    comp = small("CartPole", compile=True, **kw).build_algo()
+    assert comp.update_rule.whole_step is not None
+    for _ in range(2):
+        a = eager.train()["learners"]["default_policy"]["curr_lr"]
+        b = comp.train()["learners"]["default_policy"]["curr_lr"]
+        assert b == pytest.approx(a, rel=1e-5)
+    for p, q in zip(eager.module.parameters(), comp.module.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    eager.stop(); comp.stop()
+
+
+@pytest.mark.parametrize("key,value,allowed", [("adaptive_lr_every", "step", "'epoch', 'minibatch'"),
+                                               ("kl_estimator", "exact", "'k3', 'analytic'")])
+def test_kl_option_validation(key, value, allowed):
+    with pytest.raises(ValueError, match=rf"`{key}` = '{value}'.*allowed: one of {allowed}"):
+        small(**{key: value}).validate()

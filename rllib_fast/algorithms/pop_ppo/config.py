@@ -25,7 +25,7 @@ def _pbt_interval_ok(v: Any) -> bool:
 
 
 #: FastPPO keys (rsl_rl's behaviours, docs/sources.md) PopPPO accepts only at their default
-POP_UNSUPPORTED = {"init": "orthogonal"}
+POP_UNSUPPORTED = {"init": "orthogonal", "adaptive_lr_every": "epoch", "kl_estimator": "k3"}
 
 
 class PopPPOConfig(FastPPOConfig):

@@ -24,7 +24,8 @@ from ...envs.base import Step, TensorVecEnv
 from ...envs.parallel import ParallelVecEnv
 from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, UpdateRule, standardize
 from .config import FastPPOConfig
-from .loss import kl_adapted_lr, ppo_loss
+from ..onpolicy import masked_mean
+from .loss import analytic_kl, approx_kl, kl_adapted_lr, ppo_loss
 from .overlap import OverlapSchedule
 
 
@@ -43,6 +44,8 @@ class PPOSettings:
     grad_clip: Optional[float]
     adaptive_lr_kl_target: Optional[float]
     adaptive_lr_bounds: Tuple[float, float]
+    adaptive_lr_every: str
+    kl_estimator: str
 
     @classmethod
     def from_config(cls, config) -> "PPOSettings":
@@ -84,6 +87,11 @@ class PPOUpdate(UpdateRule):
         mb = B // s.num_minibatches
         w = batch.weights
         stats = torch.zeros(6, device=device)  # pg, vf, ent, kl, clipfrac, count
+        adapt = s.adaptive_lr_kl_target is not None
+        per_minibatch = adapt and s.adaptive_lr_every == "minibatch"
+        # analytic KL: the policy at the update's start is the "old" one
+        start = self._start_policy(batch) if adapt and s.kl_estimator == "analytic" else None
+        lr_t = self._tensor_lr() if per_minibatch else None
         for _ in range(s.num_epochs):
             perm = torch.randperm(B, device=device, generator=self.shuffle_generator)
             epoch_kl = torch.zeros((), device=device)
@@ -91,20 +99,26 @@ class PPOUpdate(UpdateRule):
                 idx = perm[i * mb:(i + 1) * mb]
                 # global masked means across data-parallel learners (one all-reduce, outside the step)
                 denom = self.learners.mean_denominator(w[idx] if w is not None else None, mb, device)
+                kl = self._minibatch_kl(batch, idx, denom, start) if per_minibatch or start is not None else None
+                if per_minibatch:   # rsl_rl: adapt before the step, and the step uses the new lr
+                    self._adapt_lr_tensor(lr_t, kl)
                 mstats = self.gradient_step(batch, idx, denom)
                 self.after_step()
                 with torch.no_grad():
                     stats[:5] += mstats
                     stats[5] += 1
-                    epoch_kl += mstats[3]
+                    epoch_kl += mstats[3] if kl is None else kl
                 yield
-            if s.adaptive_lr_kl_target is not None:
+            if adapt and not per_minibatch:
                 self.learners.mean_(epoch_kl)  # every learner adapts lr from the same KL
                 self._adapt_lr(float(epoch_kl) / s.num_minibatches)
         out: Dict[str, Any] = {key: stats[i] / stats[5] for i, key in enumerate(self.STATS)}
         with torch.no_grad():
             targets = batch.value_targets
             out["vf_explained_var"] = 1 - (targets - batch.old_values).var() / targets.var().clamp_min(1e-8)
+        if lr_t is not None:   # a float lr between updates again: one host sync per update
+            for group in self.optimizer.param_groups:
+                group["lr"] = float(lr_t)
         out["curr_lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
@@ -122,6 +136,63 @@ class PPOUpdate(UpdateRule):
         return ppo_loss(logp, entropy, batch.logp[idx], adv, v, batch.value_targets[idx], batch.old_values[idx],
                         clip_param=s.clip_param, vf_clip_param=s.vf_clip_param, vf_loss_coeff=s.vf_loss_coeff,
                         entropy_coeff=s.entropy_coeff, w=wi, denom=denom)
+
+    def _start_policy(self, batch: OnPolicyBatch):
+        """The policy's distribution parameters on the whole batch at the update's
+        start (one batched no-grad actor forward): the "old" policy of the analytic
+        KL. In synchronous FastPPO these are the parameters that acted, i.e. the
+        means and stds rsl_rl stores during the rollout (the actor reads the
+        stored, already normalised observations)."""
+        with torch.no_grad():
+            p, log_std = self.module.dist_params(batch.obs)
+            return p, (None if log_std is None else log_std.expand_as(p))
+
+    def _minibatch_kl(self, batch: OnPolicyBatch, idx: torch.Tensor, denom, start) -> torch.Tensor:
+        """KL(old || current) on minibatch ``idx`` before its step (a no-grad
+        actor forward; a 0-d device tensor, no host sync): the k3 estimate from the
+        rollout's log-probabilities, or with ``start`` the analytic KL from the
+        policy at the update's start. Averaged over data-parallel learners when the
+        lr adapts per minibatch (per epoch, the epoch's sum is averaged once)."""
+        w = batch.weights
+        wi = w[idx] if w is not None else None
+        with torch.no_grad():
+            if start is None:
+                logp, _ = self.module.evaluate_actions(batch.obs[idx], batch.actions[idx])
+                log_ratio = logp - batch.logp[idx]
+                kl = approx_kl(log_ratio.exp(), log_ratio, wi, denom)
+            else:
+                p, log_std = self.module.dist_params(batch.obs[idx])
+                old_log_std = None if start[1] is None else start[1][idx]
+                kl = masked_mean(analytic_kl(start[0][idx], old_log_std, p, log_std), wi, denom)
+            if self.settings.adaptive_lr_every == "minibatch":
+                self.learners.mean_(kl)
+        return kl
+
+    def _tensor_lr(self) -> Optional[torch.Tensor]:
+        """For ``adaptive_lr_every='minibatch'``: the lr as a 0-d device tensor that
+        every param group holds during the update (fused Adam and the compiled whole
+        step read it as is), adapted in place, so a minibatch's adaptation needs no
+        host sync. None for an optimizer that takes no tensor lr (foreach Adam):
+        then each minibatch's adaptation reads the KL on the host."""
+        group = self.optimizer.param_groups[0]
+        if not group.get("fused"):
+            return None
+        lr = torch.tensor(float(group["lr"]), dtype=torch.float32, device=self.device)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _adapt_lr_tensor(self, lr_t: Optional[torch.Tensor], kl: torch.Tensor) -> None:
+        """rsl_rl's per-minibatch rule: the adaptive-KL step, growing only when the
+        KL is positive (so never on an update's first minibatch, where old = new)."""
+        s = self.settings
+        lo, hi = s.adaptive_lr_bounds
+        if lr_t is None:   # host fallback (one sync per minibatch)
+            kl_host = float(kl)
+            for group in self.optimizer.param_groups:
+                group["lr"] = kl_adapted_lr(group["lr"], kl_host, s.adaptive_lr_kl_target, lo, hi, grow_at_zero=False)
+            return
+        lr_t.copy_(kl_adapted_lr(lr_t, kl, s.adaptive_lr_kl_target, lo, hi, grow_at_zero=False))
 
     def _adapt_lr(self, kl: float) -> None:
         """KL-adaptive learning rate (:func:`.loss.kl_adapted_lr`), once per epoch."""

@@ -51,6 +51,13 @@ class FastPPOConfig(OnPolicyConfig):
                                           (int,), low=1, optional=True),
         "adaptive_lr_bounds": Param([1e-6, 1e-2], "min/max lr for adaptive-KL lr", (list, tuple),
                                     check=(lambda v: real_pair(v) and 0 < v[0] <= v[1], "[min, max] numbers, 0 < min <= max")),
+        "adaptive_lr_every": Param("epoch", "when the adaptive-KL lr adapts: 'epoch' (after each epoch, from its "
+                                   "minibatches' mean KL) or 'minibatch' (before each minibatch's step, from that "
+                                   "minibatch's KL, and that step uses it; grows only when KL > 0: rsl_rl's; no "
+                                   "host sync with the fused Adam)", (str,), choices=("epoch", "minibatch")),
+        "kl_estimator": Param("k3", "the KL the adaptive lr reads: 'k3' (mean((r-1) - log r) over the sampled "
+                              "actions) or 'analytic' (exact KL(old || new) of the Gaussians/categoricals, old = "
+                              "the policy at the update's start: rsl_rl's)", (str,), choices=("k3", "analytic")),
     }
 
     def __init__(self, algo_class=None):

@@ -70,17 +70,35 @@ def ppo_loss(logp: torch.Tensor, entropy: torch.Tensor, old_logp: torch.Tensor, 
     return PPOLossTerms(loss, torch.stack([pg_loss.detach(), vf_loss.detach(), ent.detach(), kl, clipfrac]))
 
 
-def kl_adapted_lr(lr, kl, target: float, low: float, high: float):
+def analytic_kl(old_p: torch.Tensor, old_log_std: Optional[torch.Tensor], p: torch.Tensor,
+                log_std: Optional[torch.Tensor]) -> torch.Tensor:
+    """Exact KL(old || new) per sample: of diagonal Gaussians from means and log
+    stds (summed over action dimensions; rsl_rl's adaptive-lr KL), or of
+    categoricals from logits (``log_std`` None)."""
+    if log_std is None:
+        old_logp, logp = torch.log_softmax(old_p, -1), torch.log_softmax(p, -1)
+        return (old_logp.exp() * (old_logp - logp)).sum(-1)
+    log_std = log_std.expand_as(p)
+    return (log_std - old_log_std + (torch.exp(2.0 * old_log_std) + (old_p - p) ** 2)
+            / (2.0 * torch.exp(2.0 * log_std)) - 0.5).sum(-1)
+
+
+def kl_adapted_lr(lr, kl, target: float, low: float, high: float, grow_at_zero: bool = True):
     """The adaptive-KL rule (rl_games/rsl_rl): lr / 1.5 (not below ``low``) when
     the KL overshoots twice the target, lr * 1.5 (not above ``high``) when it is
-    under half. Floats on the host; 0-d tensors on the device (no host sync:
-    the form a per-minibatch adaptation with a tensor lr uses)."""
+    under half (and, with ``grow_at_zero`` False, above 0: rsl_rl's per-minibatch
+    rule, whose first minibatch has KL exactly 0). Floats on the host; 0-d tensors
+    on the device (no host sync: the form a per-minibatch adaptation with a tensor
+    lr uses)."""
     if torch.is_tensor(kl):
         lr = torch.as_tensor(lr, dtype=kl.dtype, device=kl.device)
+        grow = kl < 0.5 * target
+        if not grow_at_zero:
+            grow = grow & (kl > 0)
         return torch.where(kl > 2.0 * target, (lr / 1.5).clamp_min(low),
-                           torch.where(kl < 0.5 * target, (lr * 1.5).clamp_max(high), lr))
+                           torch.where(grow, (lr * 1.5).clamp_max(high), lr))
     if kl > 2.0 * target:
         return max(low, lr / 1.5)
-    if kl < 0.5 * target:
+    if kl < 0.5 * target and (grow_at_zero or kl > 0):
         return min(high, lr * 1.5)
     return lr
