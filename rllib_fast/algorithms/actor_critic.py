@@ -30,7 +30,8 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
     """Separate actor and critic MLPs.
 
     ``model_config``: hidden_sizes, activation, init ('orthogonal' or
-    'torch': ``core.nets.mlp``), std_mode, init_log_std, normalize_obs (default True), state_dim (asymmetric actor-critic: the
+    'torch': ``core.nets.mlp``), std_mode, init_log_std, std_param ('log' or
+    'scalar'), clip_actions (default True), normalize_obs (default True), state_dim (asymmetric actor-critic: the
     critic reads the source's privileged ``states`` of this width, normalised
     by their own ``state_norm``; None: the critic reads the observation).
     """
@@ -50,8 +51,16 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
             high = torch.as_tensor(self.action_space.high, dtype=torch.float32)
             self.register_buffer("act_low", low)
             self.register_buffer("act_high", high)
-            if not self.state_dependent_std:
+            #: 'scalar': the std itself is the parameter (rsl_rl's std_type='scalar'), else its log
+            self.scalar_std = mc.get("std_param", "log") == "scalar"
+            if self.state_dependent_std:
+                pass
+            elif self.scalar_std:
+                self.std = nn.Parameter(torch.full((self.act_dim,), math.exp(float(mc.get("init_log_std", 0.0)))))
+            else:
                 self.log_std = nn.Parameter(torch.full((self.act_dim,), float(mc.get("init_log_std", 0.0))))
+            #: False: sampled actions reach the env unclamped (rsl_rl's clip_actions=None)
+            self.clip_actions = bool(mc.get("clip_actions", True))
             self.init_log_std = float(mc.get("init_log_std", 0.0))
         init = mc.get("init", "orthogonal")
         self.pi = mlp(obs_dim, hidden, out, act, out_gain=0.01, init=init)
@@ -88,6 +97,8 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
         if self.state_dependent_std:
             mean, log_std = out.split(self.act_dim, dim=-1)
             return mean, (log_std + self.init_log_std).clamp(-20.0, 2.0)
+        if self.scalar_std:
+            return out, self.std.clamp(1e-6, 1e6).log().expand_as(out)
         return out, self.log_std.expand_as(out)
 
     def sample(self, obs_n: torch.Tensor, deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -130,7 +141,9 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
     def to_env_action(self, a: torch.Tensor) -> torch.Tensor:
         if self.discrete:
             return a
-        scaled = self.act_low + (a.clamp(-1.0, 1.0) + 1.0) * 0.5 * (self.act_high - self.act_low)
+        if self.clip_actions:
+            a = a.clamp(-1.0, 1.0)
+        scaled = self.act_low + (a + 1.0) * 0.5 * (self.act_high - self.act_low)
         return scaled
 
     # -- RLModule API (raw observations in) ------------------------------------------

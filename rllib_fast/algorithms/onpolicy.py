@@ -37,17 +37,20 @@ def masked_mean(x: torch.Tensor, w: torch.Tensor | None, denom: torch.Tensor | N
     return (x if w is None else x * w).sum() / denom
 
 
-def standardize(a: torch.Tensor, w: torch.Tensor | None, reduce=None) -> torch.Tensor:
+def standardize(a: torch.Tensor, w: torch.Tensor | None, reduce=None, unbiased: bool = False) -> torch.Tensor:
     """Standardise advantages with (optionally masked) statistics; ``reduce``
-    sums the moments over data-parallel learners so all use the global ones."""
+    sums the moments over data-parallel learners so all use the global ones;
+    ``unbiased``: Bessel's n / (n - 1) on the variance (rsl_rl's whole-batch form)."""
     w = torch.ones_like(a) if w is None else w
     m = torch.stack([w.sum(), (a * w).sum(), (a * a * w).sum()])
     if reduce is not None:
         reduce(m)
     n = m[0].clamp_min(1.0)
     mean = m[1] / n
-    std = (m[2] / n - mean ** 2).clamp_min(0.0).sqrt()
-    return (a - mean) / (std + 1e-8)
+    var = (m[2] / n - mean ** 2).clamp_min(0.0)
+    if unbiased:
+        var = var * n / (n - 1.0).clamp_min(1.0)
+    return (a - mean) / (var.sqrt() + 1e-8)
 
 
 def resolve_normalize_obs(setting: Any, env: Any) -> bool:
@@ -211,9 +214,15 @@ class UpdateRule:
         self.before_apply()
         self.learners.average_gradients(self.params)
         if self.settings.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip, foreach=True)
+            for group in self.clip_groups():
+                torch.nn.utils.clip_grad_norm_(group, self.settings.grad_clip, foreach=True)
         self.optimizer.step()
         return stats
+
+    def clip_groups(self) -> list:
+        """The parameter groups ``grad_clip`` bounds the gradient norm of, each on
+        its own: all parameters together (FastPPO's ``grad_clip_scope`` may split them)."""
+        return [self.params]
 
     def before_apply(self) -> None:
         """Between backward and the gradient's application (HTSA2C's delayed
@@ -258,6 +267,12 @@ class OnPolicyConfig(FastConfig):
         "std_mode": Param("state_independent", "Gaussian std: a free parameter or a head output",
                           (str,), choices=("state_independent", "state_dependent")),
         "init_log_std": Param(0.0, "initial log std of the Gaussian policy", low=-10.0, high=5.0),
+        "std_param": Param("log", "what the state-independent Gaussian std parameter is: 'log' (log std, init "
+                           "init_log_std) or 'scalar' (std itself, init exp(init_log_std), clamped to "
+                           "[1e-6, 1e6]: rsl_rl's std_type='scalar')", (str,), choices=("log", "scalar")),
+        "clip_actions": Param(True, "clamp sampled continuous actions to the action space before the env (the "
+                              "log-probability is always of the unclamped sample); False passes them through "
+                              "(rsl_rl's clip_actions=None; mjlab: also env_config clip_actions=False)", (bool,)),
         "asymmetric_critic": ASYMMETRIC_CRITIC,
         "decorrelate_steps": Param(None, "start-state decorrelation: env i first takes k_i ~ U[0, this] random "
                                    "actions, after the source's episode clocks are randomised where it has "
@@ -302,6 +317,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             inference_only=False,
             model_config={"hidden_sizes": list(cfg.hidden_sizes), "activation": cfg.activation,
                           "init": cfg.init, "std_mode": cfg.std_mode, "init_log_std": cfg.init_log_std,
+                          "std_param": cfg.std_param, "clip_actions": cfg.clip_actions,
                           "normalize_obs": self.normalize_obs, "state_dim": self.state_dim},
         ).to(self.device)
         self.params = list(self.module.parameters())

@@ -126,6 +126,8 @@ class WholeGradientStep:
             return False
         if getattr(getattr(rule, "learners", None), "dist", None) is not None:
             return False
+        if len(rule.clip_groups()) != 1:   # the step clips one global norm
+            return False
         hook = getattr(type(rule), "before_apply", None)
         return hook is not None and hook.__qualname__ == "UpdateRule.before_apply"   # not overridden
 

@@ -127,6 +127,11 @@ class IsaacLabVecEnv(TensorVecEnv):
         self._policy_group, self._critic_group = policy_group, critic_group
         self._reset_done = bool(reset_done)
         self._clip_obs = None if clip_obs is None or not np.isfinite(clip_obs) else float(clip_obs)
+        #: clip_actions=False: advertise the (default) bound as the action space, never clamp
+        #: (rsl_rl's clip_actions=None; the policy's own clip_actions=False then passes actions through)
+        self._clamp_actions = clip_actions is not False
+        if clip_actions is False:
+            clip_actions = None
         self._clip_actions = (None if clip_actions is None or not np.isfinite(clip_actions)
                               else float(clip_actions))
         policy, critic = _group_spaces(base.single_observation_space, policy_group, critic_group)
@@ -192,7 +197,7 @@ class IsaacLabVecEnv(TensorVecEnv):
         return {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in log.items()}
 
     def step(self, actions: torch.Tensor) -> Step:
-        if self._clip_actions is not None:
+        if self._clip_actions is not None and self._clamp_actions:
             actions = actions.clamp(-self._clip_actions, self._clip_actions)
         obs, rew, terminated, time_outs, extras = self.env.step(actions.to(self.device))
         prev, prev_states = self._obs, self.states

@@ -171,3 +171,145 @@ def test_minibatch_lr_adaptation_under_compile_matches_eager(monkeypatch):
 def test_kl_option_validation(key, value, allowed):
     with pytest.raises(ValueError, match=rf"`{key}` = '{value}'.*allowed: one of {allowed}"):
         small(**{key: value}).validate()
+
+
+# -- normalize_advantages_over, grad_clip_scope, shuffle, adam_eps, std_param, clip_actions
+def record_steps(algo):
+    """(advantages, minibatch indices) each gradient step of the update sees."""
+    seen, rule = [], algo.update_rule
+    step = rule.gradient_step
+
+    def recording(batch, idx, denom):
+        seen.append((batch.advantages.clone(), idx.clone()))
+        return step(batch, idx, denom)
+
+    rule.gradient_step = recording
+    return seen
+
+
+def test_batch_advantage_normalisation_uses_whole_batch_unbiased_stats():
+    algo = small(normalize_advantages_over="batch").build_algo()
+    seen = record_steps(algo)
+    algo.train()
+    adv = seen[0][0]
+    assert float(adv.mean()).__abs__() < 1e-5 and float(adv.std(unbiased=True)) == pytest.approx(1.0, abs=1e-4)
+    for a, idx in seen:   # the same standardised batch for every minibatch (not re-standardised per minibatch)
+        torch.testing.assert_close(a, adv, rtol=0, atol=0)
+    algo.stop()
+    default = small().build_algo()
+    seen = record_steps(default)
+    default.train()
+    assert float(seen[0][0].std()) != pytest.approx(1.0, abs=1e-2)   # raw: standardised inside each minibatch's loss
+    default.stop()
+
+
+def test_standardize_unbiased_matches_torch_std():
+    from rllib_fast.algorithms.onpolicy import standardize
+
+    a = torch.randn(10, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(standardize(a, None, unbiased=True), (a - a.mean()) / (a.std() + 1e-8))
+    torch.testing.assert_close(standardize(a, None), (a - a.mean()) / (a.std(unbiased=False) + 1e-8))
+
+
+def test_shuffle_once_reuses_the_permutation_every_epoch():
+    algo = small(shuffle="once", num_epochs=3, num_minibatches=2).build_algo()
+    seen = record_steps(algo)
+    algo.train()
+    idx = [i for _, i in seen]
+    assert len(idx) == 6 and all(torch.equal(idx[k], idx[k % 2]) for k in range(6))
+    default = small(num_epochs=3, num_minibatches=2).build_algo()
+    seen = record_steps(default)
+    default.train()
+    assert not torch.equal(seen[0][1], seen[2][1])
+    algo.stop(); default.stop()
+
+
+def test_per_network_grad_clip_bounds_actor_and_critic_separately():
+    algo = small(grad_clip_scope="per_network", grad_clip=1e-3).build_algo()
+    rule = algo.update_rule
+    actor, critic = rule.clip_groups()
+    names = {id(p): n for n, p in algo.module.named_parameters()}
+    assert {names[id(p)] for p in critic} == {n for n in names.values() if n.startswith("vf.")}
+    assert len(actor) + len(critic) == len(rule.params)
+    norms = []
+    step = rule.optimizer.step
+
+    def recording(*a, **k):
+        norms.append([float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in g]))) for g in (actor, critic)])
+        return step(*a, **k)
+
+    rule.optimizer.step = recording
+    algo.train()
+    assert norms and all(n <= 1e-3 * (1 + 1e-4) for pair in norms for n in pair)
+    # each clipped to the bound: together above it (global clipping would keep the total at 1e-3)
+    assert any(math.hypot(*pair) > 1.2e-3 for pair in norms)
+    algo.stop()
+
+
+def test_per_network_grad_clip_is_not_compiled_whole():
+    from rllib_fast.core.compile import WholeGradientStep
+
+    algo = small(grad_clip_scope="per_network").build_algo()
+    assert not WholeGradientStep.applies(algo.update_rule)
+    assert WholeGradientStep.applies(small().build_algo().update_rule)
+
+
+def test_adam_eps_reaches_the_optimizer():
+    assert small(adam_eps=1e-8).build_algo().optimizer.param_groups[0]["eps"] == 1e-8
+    assert small().build_algo().optimizer.param_groups[0]["eps"] == 1e-5
+
+
+def test_scalar_std_parameter():
+    algo = small(std_param="scalar", init_log_std=math.log(0.5)).build_algo()
+    m = algo.module
+    assert not hasattr(m, "log_std") and "std" in dict(m.named_parameters())
+    torch.testing.assert_close(m.std.detach(), torch.full((1,), 0.5))
+    _, log_std = m.dist_params(torch.zeros(4, 3))
+    torch.testing.assert_close(log_std.detach(), torch.full((4, 1), math.log(0.5)))
+    before = m.std.detach().clone()
+    algo.train()
+    assert not torch.equal(m.std.detach(), before)
+    algo.stop()
+
+
+def test_clip_actions_false_passes_actions_through():
+    clipped, free = small().build_algo(), small(clip_actions=False).build_algo()
+    a = torch.tensor([[3.0], [-0.5]])   # Pendulum: [-1, 1] -> [-2, 2]
+    torch.testing.assert_close(clipped.module.to_env_action(a), torch.tensor([[2.0], [-1.0]]))
+    torch.testing.assert_close(free.module.to_env_action(a), torch.tensor([[6.0], [-1.0]]))
+    clipped.stop(); free.stop()
+
+
+def test_mjlab_adapter_clip_actions_false_advertises_bounds_and_does_not_clamp():
+    pytest.importorskip("mjlab")
+    from rllib_fast.envs import make
+
+    env = make("mjlab:Mjlab-Cartpole-Balance", num_envs=2, seed=0, clip_actions=False)
+    assert float(env.single_action_space.high[0]) == 1.0 and env._clamp_actions is False
+    seen = []
+    inner = env.env.step
+
+    def recording(actions):
+        seen.append(actions.clone())
+        return inner(actions)
+
+    env.env.step = recording
+    env.reset()
+    env.step(torch.full((2, 1), 5.0))
+    assert float(seen[-1].max()) == 5.0
+    env.close()
+
+
+@pytest.mark.parametrize("key,value,allowed", [
+    ("normalize_advantages_over", "all", "'minibatch', 'batch'"), ("grad_clip_scope", "actor", "'global', 'per_network'"),
+    ("shuffle", "never", "'epoch', 'once'"), ("std_param", "exp", "'log', 'scalar'")])
+def test_rsl_option_validation(key, value, allowed):
+    with pytest.raises(ValueError, match=rf"`{key}` = '{value}'.*allowed: one of {allowed}"):
+        small(**{key: value}).validate()
+
+
+def test_adam_eps_and_clip_actions_validation():
+    with pytest.raises(ValueError, match=r"`adam_eps`"):
+        small(adam_eps=0.0).validate()
+    with pytest.raises(ValueError, match=r"`clip_actions`"):
+        small(clip_actions="no").validate()

@@ -46,6 +46,9 @@ class PPOSettings:
     adaptive_lr_bounds: Tuple[float, float]
     adaptive_lr_every: str
     kl_estimator: str
+    normalize_advantages_over: str
+    grad_clip_scope: str
+    shuffle: str
 
     @classmethod
     def from_config(cls, config) -> "PPOSettings":
@@ -64,7 +67,7 @@ class PPOUpdate(UpdateRule):
     @staticmethod
     def make_optimizer(params, lr: float, config) -> torch.optim.Optimizer:
         # fused Adam: one kernel for all parameters instead of ~12 per tensor
-        return torch.optim.Adam(params, lr=lr, eps=1e-5, fused=True)
+        return torch.optim.Adam(params, lr=lr, eps=config.adam_eps, fused=True)
 
     def training_intensity(self) -> float:
         return float(self.settings.num_epochs)
@@ -92,8 +95,12 @@ class PPOUpdate(UpdateRule):
         # analytic KL: the policy at the update's start is the "old" one
         start = self._start_policy(batch) if adapt and s.kl_estimator == "analytic" else None
         lr_t = self._tensor_lr() if per_minibatch else None
+        if s.normalize_advantages and s.normalize_advantages_over == "batch":   # once, rsl_rl's unbiased std
+            batch = batch._replace(advantages=standardize(batch.advantages, w, self.learners.sum_, unbiased=True))
+        perm = None
         for _ in range(s.num_epochs):
-            perm = torch.randperm(B, device=device, generator=self.shuffle_generator)
+            if perm is None or s.shuffle == "epoch":   # 'once': every epoch reuses the first permutation
+                perm = torch.randperm(B, device=device, generator=self.shuffle_generator)
             epoch_kl = torch.zeros((), device=device)
             for i in range(s.num_minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
@@ -130,12 +137,20 @@ class PPOUpdate(UpdateRule):
         wi = w[idx] if w is not None else None
         logp, entropy = module.evaluate_actions(batch.obs[idx], batch.actions[idx])
         adv = batch.advantages[idx]
-        if s.normalize_advantages:
+        if s.normalize_advantages and s.normalize_advantages_over == "minibatch":
             adv = standardize(adv, wi, self.learners.sum_)
         v = module.value(batch.critic_in[idx])
         return ppo_loss(logp, entropy, batch.logp[idx], adv, v, batch.value_targets[idx], batch.old_values[idx],
                         clip_param=s.clip_param, vf_clip_param=s.vf_clip_param, vf_loss_coeff=s.vf_loss_coeff,
                         entropy_coeff=s.entropy_coeff, w=wi, denom=denom)
+
+    def clip_groups(self) -> list:
+        """``grad_clip_scope='per_network'``: the actor (policy network and its std)
+        and the critic clipped each on its own (rsl_rl's), else all together."""
+        if self.settings.grad_clip_scope == "global":
+            return [self.params]
+        named = list(self.module.named_parameters())
+        return [[p for n, p in named if not n.startswith("vf.")], [p for n, p in named if n.startswith("vf.")]]
 
     def _start_policy(self, batch: OnPolicyBatch):
         """The policy's distribution parameters on the whole batch at the update's

@@ -58,6 +58,16 @@ class FastPPOConfig(OnPolicyConfig):
         "kl_estimator": Param("k3", "the KL the adaptive lr reads: 'k3' (mean((r-1) - log r) over the sampled "
                               "actions) or 'analytic' (exact KL(old || new) of the Gaussians/categoricals, old = "
                               "the policy at the update's start: rsl_rl's)", (str,), choices=("k3", "analytic")),
+        "normalize_advantages_over": Param("minibatch", "with normalize_advantages, the statistics advantages are "
+                                           "standardised with: 'minibatch' (each minibatch's, biased std) or "
+                                           "'batch' (once over the whole batch, unbiased std: rsl_rl's)", (str,),
+                                           choices=("minibatch", "batch"), live=True),
+        "grad_clip_scope": Param("global", "how grad_clip applies: 'global' (one norm over all parameters) or "
+                                 "'per_network' (actor and critic each clipped to grad_clip: rsl_rl's)", (str,),
+                                 choices=("global", "per_network")),
+        "shuffle": Param("epoch", "minibatch order: 'epoch' (a new permutation every epoch) or 'once' (one "
+                         "permutation per update, reused by every epoch: rsl_rl's)", (str,), choices=("epoch", "once")),
+        "adam_eps": Param(1e-5, "Adam epsilon (rsl_rl: torch's default 1e-8)", low=0.0, low_open=True),
     }
 
     def __init__(self, algo_class=None):
