@@ -7,8 +7,10 @@ normalisation), plus a set of *switches*, each of which replaces one FastPPO beh
 rsl_rl 5.4.2's (read from ``rsl_rl/algorithms/ppo.py``, ``models/mlp_model.py``,
 ``modules/distribution.py``, ``storage/rollout_storage.py``, ``runners/on_policy_runner.py``
 and mjlab's ``rl/vecenv_wrapper.py``; docs/sources.md, "FastPPO vs rsl_rl, difference by
-difference", lists them). The switches live in this file only, as subclasses of FastPPO's
-module and update (FastPPO's own files are not changed here); ``ALL_RSL`` sets every one
+difference", lists them). Every switch but ``start`` is now a FastPPO config option
+(``OPTIONS``; docs/sources.md names them), which the arms use by default; the in-file subclasses
+of FastPPO's module and update that first implemented them remain for ``--impl subclasses``
+(the rows measured before the options existed); ``ALL_RSL`` sets every one
 (the parity arm), and the ``-<switch>`` arms set all but one (leave-one-out: what that
 difference costs on top of full parity). The ``rsl_rl`` arm is mjlab's own runner with the
 registered config, unchanged.
@@ -94,6 +96,25 @@ MAPPED = dict(rollout_length=32, num_epochs=5, num_minibatches=4, lr=1e-3, adapt
 SWITCHES = ("init", "std", "noclip", "kl", "advnorm", "value", "gradclip", "adam", "shuffle", "bootstrap",
             "start")
 ALL_RSL = frozenset(SWITCHES)
+
+
+#: each switch as FastPPO config options (training keys, env_config keys): how the arms run by
+#: default (``--impl options``); ``start`` has no option (clocks-only decorrelation), so it stays
+#: a subclass (``_ClocksOnlyStart``). ``--impl subclasses`` runs the in-file re-implementations
+#: below instead (how the rows before the options existed were measured).
+OPTIONS: Dict[str, tuple] = {
+    "init": ({"init": "torch"}, {}),
+    "std": ({"std_param": "scalar"}, {}),
+    "noclip": ({"clip_actions": False}, {"clip_actions": False}),
+    "kl": ({"adaptive_lr_every": "minibatch", "kl_estimator": "analytic", "adaptive_lr_bounds": [1e-5, 1e-2]}, {}),
+    "advnorm": ({"normalize_advantages_over": "batch"}, {}),
+    # rsl_rl's value_loss_coef 1 without FastPPO's 0.5 = vf_loss_coeff 2 x MAPPED's; the clip is then in return units
+    "value": ({"normalize_values": False, "vf_loss_coeff": 2.0}, {}),
+    "gradclip": ({"grad_clip_scope": "per_network"}, {}),
+    "adam": ({"adam_eps": 1e-8}, {}),
+    "shuffle": ({"shuffle": "once"}, {}),
+    "bootstrap": ({}, {"exact_final_obs": False}),
+}
 
 
 def arms() -> Dict[str, Dict[str, Any]]:
@@ -260,14 +281,40 @@ def _build_classes():
     return ParityPPO
 
 
-def _fastppo_run(task: str, n: int, seed: int, switches: frozenset, overrides: Dict[str, Any],
-                 target: float, cap: int, compile_: bool = False) -> Dict[str, Any]:
-    from rllib_fast.algorithms.ppo import FastPPOConfig
+def _options_arm(switches: frozenset):
+    """(algorithm class, training keys, env_config keys) of an arm run with FastPPO's options."""
+    from rllib_fast.algorithms.ppo import FastPPO
 
-    ParityPPO = _build_classes()
+    kw: Dict[str, Any] = {}
+    env_config: Dict[str, Any] = {}
+    for s in switches - {"start"}:
+        kw.update(OPTIONS[s][0])
+        env_config.update(OPTIONS[s][1])
+    if "start" not in switches:
+        return FastPPO, kw, env_config
+
+    class _ClocksOnlyStart(FastPPO):
+        """rsl_rl's start (``init_at_random_ep_len``): episode clocks randomised, no random actions."""
+
+        def _decorrelate(self):
+            self.env.randomize_episode_progress()
+            self.tracker.skip_current_episodes()
+
+    return _ClocksOnlyStart, kw, env_config
+
+
+def _fastppo_run(task: str, n: int, seed: int, switches: frozenset, overrides: Dict[str, Any],
+                 target: float, cap: int, compile_: bool = False, impl: str = "options") -> Dict[str, Any]:
     kw = dict(MAPPED)
-    kw.update(overrides)
     env_config: Dict[str, Any] = {"cfg": {"episode_length_s": EPISODE_S}}
+    if impl == "options":
+        cls, opt_kw, opt_env = _options_arm(frozenset(switches))
+        kw.update(opt_kw)
+        kw.update(overrides)
+        env_config.update(opt_env)
+        return _train(task, n, seed, cls, kw, env_config, target, cap, compile_)
+    ParityPPO = _build_classes()
+    kw.update(overrides)
     if "bootstrap" in switches:
         env_config["exact_final_obs"] = False
     if "noclip" in switches:
@@ -280,6 +327,16 @@ def _fastppo_run(task: str, n: int, seed: int, switches: frozenset, overrides: D
         cls = type("ParityPPO_" + "_".join(sorted(switches)), (ParityPPO,), {"SWITCHES": frozenset(switches)})
     else:   # the mapped config on FastPPO's own code, untouched
         from rllib_fast.algorithms.ppo import FastPPO as cls
+    return _train(task, n, seed, cls, kw, env_config, target, cap, False)
+
+
+def _train(task: str, n: int, seed: int, cls, kw: Dict[str, Any], env_config: Dict[str, Any], target: float,
+           cap: int, compile_: bool) -> Dict[str, Any]:
+    """Train one FastPPO arm until the target return or the env-step cap."""
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+
+    if compile_:
+        kw = dict(kw, compile=True)
     t0 = time.time()
     cfg = (FastPPOConfig(algo_class=cls).environment(f"mjlab:{task}", num_envs=n, env_device="cpu",
                                                         env_config=env_config)
@@ -389,9 +446,11 @@ def run(args) -> None:
                     ov = extra.get("rsl_rl") or {}
                 else:
                     ov = {k: v for k, v in extra.items() if k != "rsl_rl"}
-                    res = _fastppo_run(task, n, seed, spec["switches"], ov, target, args.cap, args.compile)
+                    res = _fastppo_run(task, n, seed, spec["switches"], ov, target, args.cap, args.compile,
+                                       args.impl)
                 rec = dict(arm=name, tag=args.tag or name, task=args.task, n=n, seed=seed, target=target,
                            overrides=ov, compile=bool(args.compile), started=t, code=CODE_ROOT,
+                           impl=None if spec.get("kind") == "rsl_rl" else args.impl,
                            date=datetime.date.today().isoformat(), **res)
                 with open(args.out or RUNS_FILE, "a") as f:
                     f.write(json.dumps(rec) + "\n")
@@ -574,6 +633,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     r.add_argument("--overrides", default="", help="JSON of FastPPO keys (and 'rsl_rl': runner cfg keys)")
     r.add_argument("--tag", default="", help="row name in the report (default: the arm name)")
     r.add_argument("--compile", action="store_true")
+    r.add_argument("--impl", default="options", choices=("options", "subclasses"),
+                   help="FastPPO arms: the switches as FastPPO's config options (default) or as this file's "
+                        "subclasses (how rows before the options existed were measured)")
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--out", default="")
     q = sub.add_parser("rate", help="raw physics rate per N, alternating windows in one process")
