@@ -313,3 +313,21 @@ def test_adam_eps_and_clip_actions_validation():
         small(adam_eps=0.0).validate()
     with pytest.raises(ValueError, match=r"`clip_actions`"):
         small(clip_actions="no").validate()
+
+
+def test_every_rsl_option_resumes_exactly_from_a_checkpoint(tmp_path):
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    rsl = dict(init="torch", std_param="scalar", clip_actions=False, adaptive_lr_every="minibatch",
+               kl_estimator="analytic", adaptive_lr_bounds=[1e-5, 1e-2], normalize_advantages_over="batch",
+               grad_clip_scope="per_network", grad_clip=1.0, shuffle="once", adam_eps=1e-8)
+    algo = small(**rsl).build_algo()
+    algo.train()
+    path = algo.save_to_path(str(tmp_path / "c"))
+    r1 = algo.train()["learners"]["default_policy"]
+    restored = Algorithm.from_checkpoint(path)
+    r2 = restored.train()["learners"]["default_policy"]
+    assert r1["curr_lr"] == r2["curr_lr"] and r1["policy_loss"] == r2["policy_loss"]
+    for a, b in zip(algo.module.parameters(), restored.module.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    algo.stop(); restored.stop()
