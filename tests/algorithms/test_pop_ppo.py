@@ -310,7 +310,10 @@ def test_tune_runs_a_popppo_trial_and_sees_the_best_members_return(tmp_path):
     import ray
     from ray import tune
 
+    import rllib_fast
+
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    rllib_fast.register()  # Tune's registry is per Ray session (an earlier test may have shut one down)
     try:
         space = tiny(population_size=2).to_dict()
         res = tune.Tuner("PopPPO", param_space=space, run_config=tune.RunConfig(

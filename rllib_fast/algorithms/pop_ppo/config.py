@@ -145,7 +145,7 @@ class PopA2CConfig(PopPPOConfig):
     the surrogate at ratio 1 is the policy gradient)."""
 
     HYPERPARAMETERS = {
-        **with_defaults(PopPPOConfig, num_epochs=1, num_minibatches=1, rollout_length=8, lr=7e-4,
+        **with_defaults(PopPPOConfig, num_envs=64, num_epochs=1, num_minibatches=1, rollout_length=8, lr=7e-4,
                         adaptive_lr_kl_target=None, vf_clip_param=None, num_envs_per_member=16),
     }
 
