@@ -52,28 +52,14 @@ from ..population.rng import MemberRNG
 from ..population.tracking import MemberReturns
 from .config import PopA2CConfig, PopPPOConfig
 from .module import StackedActorCritic, pop_ppo_policy_module, to_env_action
+from ...core.rollout import compute_gae
 from .optim import SingleAdam, StackedAdam
 
 
 def member_gae(rewards, values, next_values, terminated, done, gamma, lam, valid=None):
-    """GAE over ``[T, K, n]`` with per-member ``gamma``/``lam`` (``[K, 1]``):
-    ``core.rollout.compute_gae``'s recursion (time-out bootstrap from
-    ``V(final_obs)``, cut at every episode end and invalid row)."""
-    not_term = (~terminated).to(values.dtype)
-    cont = (~done).to(values.dtype)
-    deltas = rewards + gamma * not_term * next_values - values
-    if valid is not None:
-        v = valid.to(values.dtype)
-        deltas = deltas * v
-        cont = cont * v
-    gl = gamma * lam
-    adv = torch.zeros_like(values)
-    last = torch.zeros_like(values[0])
-    for t in range(values.shape[0] - 1, -1, -1):
-        nxt_valid = 1.0 if valid is None or t + 1 >= values.shape[0] else valid[t + 1].to(values.dtype)
-        last = deltas[t] + gl * cont[t] * nxt_valid * last
-        adv[t] = last
-    return adv, adv + values
+    """GAE over ``[T, K, n]`` with per-member ``gamma``/``lam`` (``[K, 1]`` tensors):
+    ``core.rollout.compute_gae``, whose arithmetic broadcasts over the member axis."""
+    return compute_gae(rewards, values, next_values, terminated, done, gamma, lam, valid)
 
 
 def member_mean(x: torch.Tensor, w: Optional[torch.Tensor]) -> torch.Tensor:

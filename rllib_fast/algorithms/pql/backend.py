@@ -12,6 +12,7 @@ actor machinery).
 """
 from __future__ import annotations
 
+import abc
 from typing import Any, Dict, List
 
 import torch
@@ -19,7 +20,7 @@ import torch
 ROLES = ("critic", "policy")
 
 
-class PQLBackend:
+class PQLBackend(abc.ABC):
     """What PQL needs from a back-end. ``algo`` is the PQL algorithm: its
     ``config``, ``dims``, ``live``, ``actor``, ``controller``, ``capacity``
     and ``env`` are set before the back-end is built."""
@@ -38,35 +39,35 @@ class PQLBackend:
         return None, None
 
     # -- one iteration (driver thread) -------------------------------------------------
+    @abc.abstractmethod
     def resume(self) -> None:
         """Let the learners run (start of ``training_step``)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def pause(self) -> None:
         """Park the learners, deliver what is in flight and bring the Actor's policy
         up to date (end of ``training_step``): checkpoints see a quiescent state."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def gate_actor(self) -> None:
         """Block the Actor while it is ahead of the speed ratio (bounded by max_wait_s)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def sync_actor(self) -> None:
         """Adopt the P-learner's newest policy into the Actor, if there is one."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
         """Hand one step's finished n-step transitions (and the observation statistics) to both learners."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def wait_caught_up(self) -> None:
         """Bounded wait until the learners did the work the Actor's steps owe."""
-        raise NotImplementedError
 
     # -- measurements ----------------------------------------------------------------
+    @abc.abstractmethod
     def take_metrics(self, role: str) -> torch.Tensor:
         """(loss sum, second metric sum) of ``role`` since the last call."""
-        raise NotImplementedError
 
     def waited_s(self) -> Dict[str, float]:
         """Cumulative seconds each role (that this back-end can see) spent waiting at its gate."""
@@ -77,22 +78,24 @@ class PQLBackend:
         return self.algo.controller.stats()["overrides"]
 
     # -- state -------------------------------------------------------------------------
+    @abc.abstractmethod
     def state_components(self) -> Dict[str, Any]:
         """The learners' checkpointed parts for ``stateful_components()`` (keys 'v', 'p', ...)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def after_restore(self) -> None:
         """Make the roles' copies of each other's networks agree with the restored state."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def clear_replays(self) -> None:
-        raise NotImplementedError
+        """Drop both learners' replays (a restore without replay)."""
 
     def set_live(self, live) -> None:
         """New live hyperparameters (lr, tau, grad clip); in-process learners share ``live`` already."""
 
+    @abc.abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Stop the learners and release what they hold."""
 
 
 def backend_class(name: str) -> type:
