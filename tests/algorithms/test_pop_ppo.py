@@ -133,23 +133,18 @@ def _max_param_diff(f, p):
 @pytest.mark.parametrize("env", ["CartPole", "Pendulum"])
 def test_population_of_one_is_fastppo_from_the_same_seed(env):
     """Same initial weights, observation statistics and draws, hence the same start-state
-    decorrelation, rollouts, targets and minibatches. Bit for bit: the build, the first
-    rollout and its targets, and the first iterations (CartPole 3; Pendulum 1 here, 4 when
-    run alone in a fresh process); then a 1-ulp difference appears in one backward pass (CartPole: the 13th minibatch
-    step, with identical losses; cause not isolated) and grows to ~3e-7 in the parameters
-    after 8 iterations (docs/population.md)."""
+    decorrelation, rollouts, targets, minibatches, gradients, clipping and Adam steps: bit
+    for bit over 10 iterations, with the gradient clip engaging (it once parted the runs
+    by one ulp: a norm summed in the stack's layout rather than nn.Linear's)."""
     f, p = _fast_and_pop(env, rollout_length=16, num_epochs=2, num_minibatches=2)
     assert _max_param_diff(f, p) == 0.0
     assert torch.equal(f.obs, p.obs)
     assert torch.equal(f.module.obs_norm.mean, p.ac.obs_norm.mean[0])
-    for i in range(3 if env == "CartPole" else 1):
+    for i in range(10):
         f.train(), p.train()
         assert torch.equal(f.storage["obs"], p.storage["obs"]) and torch.equal(f.storage["logp"], p.storage["logp"])
         assert _max_param_diff(f, p) == 0.0, i
         assert f.optimizer.param_groups[0]["lr"] == p.optimizer.opt.param_groups[0]["lr"]
-    for _ in range(4):
-        f.train(), p.train()
-    assert _max_param_diff(f, p) < 1e-5
     f.stop(), p.stop()
 
 

@@ -98,10 +98,20 @@ class SingleAdam:
         for p, g in zip(self.params, grads):
             p.grad = g
         if self.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)
+            self._clip(grads)
         self.opt.step()
         for p in self.params:
             p.grad = None
+
+    def _clip(self, grads: Sequence[torch.Tensor]) -> None:
+        """``clip_grad_norm_(foreach=True)``'s arithmetic with each norm taken over
+        the gradient in FastPPO's layout (``nn.Linear``'s ``[out, in]``, not the
+        stack's ``[1, in, out]``): a norm sums in memory order, and a sum in another
+        order differs in the last bit, which is enough to part the two runs once
+        clipping engages."""
+        flat = [g[0].t().contiguous() if g.dim() == 3 else g for g in grads]
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(flat)))
+        torch._foreach_mul_(list(grads), (self.grad_clip / (total + 1e-6)).clamp(max=1.0))
 
     def adapt(self, kl_sum: torch.Tensor, count: int, target: torch.Tensor, target_value=None) -> None:
         """FastPPO's host rule (``target_value``: the config's float, as FastPPO reads it)."""
