@@ -13,8 +13,9 @@ Two tasks, each arm in its own child process (``_harness.py``), seeds 0-2:
 * ``pbt-<n>``: today's way, Ray Tune PBT over 4 FastPPO trials of ``n`` envs each,
   each trial its own simulator (``benchmarks/mjlab.py:arm_pbt``, both cores);
 * ``fastppo_rsl-<n>``: one FastPPO run, rsl_rl-style (``mjlab.py:arm_fastppo``);
-* ``rsl_rl-<n>``: one rsl_rl run (mjlab's own runner and registered config,
-  ``mjlab.py:arm_rsl_rl``) — the cost of a single configuration;
+* ``rsl_rl-<m>``: one rsl_rl run (mjlab's own runner and registered config,
+  ``mjlab.py:arm_rsl_rl``) at m = 64, 128, 256 and 1024 — the cost of a single
+  configuration at rsl_rl's best N (the goal's reference is the fastest of the four);
 * throughput ``tput:raw-<N>``: the simulator alone at n and 4n envs (env-steps/s of
   one shared simulator vs K separate ones).
 
@@ -162,6 +163,11 @@ def arm_pbt_builtin(ctx: H.ArmContext, num_envs: int, task: str = "Pendulum", tr
         shutil.rmtree(storage, ignore_errors=True)
 
 
+def rsl_ns(n: int = MJLAB_N) -> List[int]:
+    """rsl_rl's N candidates (its best is the reference): n/4, n/2, n and 4n (64-1024)."""
+    return [n // 4, n // 2, n, 4 * n]
+
+
 def mjlab_arms(n: int = MJLAB_N) -> List[H.Arm]:
     return [
         H.Arm(f"popppo4-{n}", "PopPPO-4", f"PopPPO K=4 (PBT), one simulator of {4 * n} envs, {n} per member",
@@ -172,10 +178,8 @@ def mjlab_arms(n: int = MJLAB_N) -> List[H.Arm]:
               {"num_envs": n, "interval": POP_PBT_INTERVAL}, num_envs=n),
         H.Arm(f"fastppo_rsl-{n}", "FastPPO", f"one FastPPO run, rsl_rl-style, N={n}", MJ + "arm_fastppo",
               {"num_envs": n, "preset": "rsl"}, num_envs=n),
-        H.Arm(f"rsl_rl-{n}", "rsl_rl", f"one rsl_rl run (mjlab's runner and config), N={n}", MJ + "arm_rsl_rl",
-              {"num_envs": n}, num_envs=n),
-        H.Arm(f"rsl_rl-{4 * n}", "rsl_rl", f"one rsl_rl run (mjlab's runner and config), N={4 * n}",
-              MJ + "arm_rsl_rl", {"num_envs": 4 * n}, num_envs=4 * n),
+        *[H.Arm(f"rsl_rl-{m}", "rsl_rl", f"one rsl_rl run (mjlab's runner and config), N={m}", MJ + "arm_rsl_rl",
+                {"num_envs": m}, num_envs=m) for m in rsl_ns(n)],
         H.Arm(f"raw-{n}", "raw", "mjlab simulator alone, zero actions", MJ + "arm_raw", {"num_envs": n},
               num_envs=n, mode="throughput"),
         H.Arm(f"raw-{4 * n}", "raw", "mjlab simulator alone, zero actions", MJ + "arm_raw", {"num_envs": 4 * n},
@@ -206,7 +210,7 @@ def _t(row: Optional[Dict[str, Any]]) -> Optional[float]:
 
 def goals(rows: List[Dict[str, Any]], n: int = MJLAB_N) -> List[List[str]]:
     """The issue's three ratios from the learn rows (None where an arm is missing or did not reach)."""
-    rsl = [t for t in (_t(_row(rows, f"rsl_rl-{n}")), _t(_row(rows, f"rsl_rl-{4 * n}"))) if t is not None]
+    rsl = [t for t in (_t(_row(rows, f"rsl_rl-{m}")) for m in rsl_ns(n)) if t is not None]
     best_rsl = min(rsl) if rsl else None
     pop4s = [t for t in (_t(_row(rows, f"popppo4-{n}")), _t(_row(rows, f"popppo4-{n // 4}"))) if t is not None]
     pop4 = min(pop4s) if pop4s else None   # the faster K=4 layout (members of n or n/4 envs)
