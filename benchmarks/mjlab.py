@@ -257,6 +257,29 @@ def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "defaults", task
     _train_loop(ctx, algo)
 
 
+def arm_recipe(ctx: H.ArmContext, num_envs: int, file: str) -> None:
+    """A shipped ``tune_configs/<file>.yaml`` as ``rllib train file`` runs it: its
+    algorithm, env, N, env_config and every setting, only the seed replaced
+    (``num_envs`` is the file's, given for the tables)."""
+    _unshadow()
+    import yaml
+    from ray.tune.registry import get_trainable_cls
+
+    import rllib_fast  # noqa: F401 - registers the algorithms
+
+    with open(os.path.join(os.path.dirname(HERE), "tune_configs", file + ".yaml")) as f:
+        (exp,) = yaml.safe_load(f).values()
+    config = dict(exp["config"], seed=ctx.seed, env=exp["env"])
+    if int(config["num_envs"]) != num_envs:
+        raise ValueError(f"{file}.yaml has num_envs={config['num_envs']}, the arm says {num_envs}")
+    ctx.note(recipe=file, run=exp["run"], config=config)
+    cfg = get_trainable_cls(exp["run"]).get_default_config().update_from_dict(config)
+    ctx.start_clock()
+    algo = cfg.build_algo()
+    ctx.timed(algo, "_rollout", lambda out, a, k: algo.horizon * num_envs)
+    _train_loop(ctx, algo)
+
+
 def arm_hts(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str = "cpu",
             overrides: Optional[Dict[str, Any]] = None) -> None:
     """HTSPPO, rsl_rl-style, one executor process (the whole N-env simulator in it)."""
@@ -771,6 +794,129 @@ def _goals(rows: List[Dict[str, Any]], raw: Dict[int, Any], busy: Dict[int, Any]
     return out + [""]
 
 
+# ---------------------------------------------------------------------------------------
+# --recipes: the shipped fastest recipes vs rsl_rl's runner at its best N (10 s episodes)
+# ---------------------------------------------------------------------------------------
+#: (key, task, target, recipe file, recipe N): issue 25's part 3
+RECIPES = (("balance", "Mjlab-Cartpole-Balance", 9.0, "mjlab-cartpole-balance-fast", 128),
+           ("swingup", "Mjlab-Cartpole-Swingup", 8.0, "mjlab-cartpole-swingup-fast", 128))
+#: rsl_rl's candidates: its best of these is the reference
+RSL_NS = (64, 128, 256, 1024)
+RECIPE_EPISODE_S = 10.0
+
+
+def recipe_arms(key: str) -> List[H.Arm]:
+    """rsl_rl's runner (mjlab's registered config) at every N of RSL_NS, the shipped
+    recipe, and the simulator alone (busy workload) at each N for the physics floor."""
+    _, task, _, file, n_recipe = next(r for r in RECIPES if r[0] == key)
+    arms = [H.Arm(f"rsl_rl_{key}-{n}", "rsl_rl", f"{key}: rsl_rl runner (mjlab's config) N={n}", FN + "arm_rsl_rl",
+                  {"num_envs": n, "task": task}, num_envs=n) for n in RSL_NS]
+    arms.append(H.Arm(f"recipe_{key}-{n_recipe}", "recipe", f"{key}: tune_configs/{file}.yaml", FN + "arm_recipe",
+                      {"num_envs": n_recipe, "file": file}, num_envs=n_recipe))
+    arms += [H.Arm(f"raw_busy_{key}-{n}", f"raw busy {key}", f"{key}: mjlab env, random clocks and actions",
+                   FN + "arm_raw", {"num_envs": n, "task": task, "busy": True}, num_envs=n, mode="throughput")
+             for n in sorted(set(RSL_NS) | {n_recipe})]
+    return arms
+
+
+def _median_with_misses(row: Dict[str, Any]) -> float:
+    """Median time to target over all seeds, a seed that did not reach it counting as infinite."""
+    ts = sorted(math.inf if t is None else t for t in row["t_reach_all"])
+    if not ts:
+        return math.inf
+    mid = len(ts) // 2
+    return ts[mid] if len(ts) % 2 else 0.5 * (ts[mid - 1] + ts[mid])
+
+
+def recipe_goal_lines(key: str, records: List[Dict[str, Any]]) -> List[str]:
+    """The goal (recipe median >= 1.5x sooner than rsl_rl's best N's median), the physics
+    floor, and each arm's time split: simulator (env steps at the raw busy rate of its N),
+    the rest of its rollout (policy inference, sampling, storage, adapter), the update
+    (the rest of the iteration), waiting (0 for these synchronous arms)."""
+    _, task, target, file, n_recipe = next(r for r in RECIPES if r[0] == key)
+    recs = [r for r in records if r["key"].startswith((f"rsl_rl_{key}-", f"recipe_{key}-", f"raw_busy_{key}-"))]
+    rows = R.aggregate_learn(recs)
+    busy = R.aggregate_throughput(recs).get(f"raw busy {key}", {})
+    out = [f"## {key.capitalize()} ({task}, target {target:g} of 10)", "", R.learn_table(rows), ""]
+    rsl = [r for r in rows if r["family"] == "rsl_rl"]
+    rec = next((r for r in rows if r["family"] == "recipe"), None)
+    if rsl and rec:
+        best = min(rsl, key=_median_with_misses)
+        t_rsl, t_rec = _median_with_misses(best), _median_with_misses(rec)
+        ratio = t_rsl / t_rec if math.isfinite(t_rsl) and t_rec > 0 else float("nan")
+        out.append(f"- Goal: recipe median {t_rec:.1f} s vs rsl_rl's best N ({best['label']}) median "
+                   f"{t_rsl:.1f} s (a seed that did not reach counts as infinite): {ratio:.2f}x sooner; goal 1.5x "
+                   f"**{'met' if ratio >= 1.5 else 'not met'}**.")
+    split = []
+    for r in rows:
+        n = int(r["num_envs"] or 0)
+        rate = (busy.get(n) or {}).get("tput_overall")
+        if not (rate and r.get("sps_overall") and r.get("sps_sampling")):
+            continue
+        sim = r["sps_overall"] / rate              # share of wall time the simulator needs at raw busy speed
+        sampling = r["sps_overall"] / r["sps_sampling"]   # share of wall time inside rollout / env.step
+        label = "env.step" if r["family"] == "rsl_rl" else "rollout"
+        split.append([r["label"], n, R.fmt_sps(rate), f"{100 * sim:.0f}%",
+                      f"{100 * max(0.0, sampling - sim):.0f}%" + ("" if r["family"] != "rsl_rl" else " (in env.step)"),
+                      f"{100 * (1 - sampling):.0f}%" + (" (policy and update)" if r["family"] == "rsl_rl" else ""),
+                      "0%", label])
+        if n and rate:
+            floor = 200 * n / rate
+            split[-1].append(f"{floor:.1f} s")
+    if split:
+        out += ["", "Time split (share of wall time; simulator = env steps at the raw busy rate of the same N; "
+                "rsl_rl's arm times only env.step, so its policy inference counts with its update). Physics floor: "
+                "one whole 200-step episode per env at the raw busy rate (a mean over finished episodes cannot "
+                "reach the target sooner).", "",
+                R.markdown_table(["arm", "N", "raw busy", "simulator", "rest of sampling", "update", "waiting",
+                                  "timed", "physics floor"], split)]
+    return out + [""]
+
+
+def recipes_main(args) -> None:
+    """``--recipes``: each task's rsl_rl arms and recipe, seeds as given, in one run."""
+    os.environ[EPISODE_S_ENV] = repr(RECIPE_EPISODE_S)
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    logdir = args.logdir or H.default_logdir(NAME + "_recipes")
+    out_dir = args.out_dir or os.path.join(HERE, "results")
+    if args.replot:
+        with open(args.replot) as f:
+            payload = json.load(f)
+        records, meta = payload["records"], payload["meta"]
+    else:
+        records, t0 = [], time.time()
+        for key, _, target, _, _ in RECIPES:
+            arms = H.select_arms(recipe_arms(key), args.arms) if args.arms != "all" else recipe_arms(key)
+            if arms:
+                print(f"{key}: {len(arms)} arms, seeds {seeds}, target {target:g}, logs in {logdir}", flush=True)
+                records += H.run_arms(arms, seeds, budget_s=args.budget, target=target, threads=args.threads,
+                                      logdir=logdir, throughput_s=args.throughput_s,
+                                      throughput_budget_s=max(3 * args.throughput_s, 60.0),
+                                      quiet_cores=args.wait_quiet if args.wait_quiet >= 0 else None,
+                                      quiet_timeout_s=args.quiet_timeout)
+        meta = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+                    machine=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU",
+                    threads=args.threads, seeds=seeds, budget=args.budget, commit=_git_commit(),
+                    total_min=(time.time() - t0) / 60, under_load=args.under_load)
+        if args.update:
+            records, meta, _ = H.merge_update(args.update, records, meta, seeds)
+    lines = [f"# mjlab Cartpole: the shipped recipes vs rsl_rl's runner at its best N ({meta['date']})", "",
+             f"{meta['machine']}, {meta['threads']} torch thread(s) per arm, seeds {meta['seeds']}, "
+             f"{meta['budget']:g} s cap, 10 s episodes (200 steps, maximum return 10), commit {meta.get('commit')}; "
+             "one arm at a time. Time to target counts from building the algorithm (envs included).", ""]
+    if meta.get("under_load"):
+        lines += [f"**Taken under load** ({meta['under_load']}).", ""]
+    for key, *_ in RECIPES:
+        lines += recipe_goal_lines(key, records)
+    md = "\n".join(lines)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "mjlab_recipes.md"), "w") as f:
+        f.write(md + "\n")
+    if not args.replot:
+        H.save_json(os.path.join(out_dir, "mjlab_recipes.json"), dict(meta=meta, records=records))
+    print("\n" + md)
+
+
 def gpu_kit(device: str, num_envs: int, seconds: float) -> Dict[str, Any]:
     """Entry point of benchmarks/gpu.py: Go1 flat env-steps/s of rsl_rl's runner and
     FastPPO (rsl_rl settings) on ``device`` at ``num_envs``, each in a child process
@@ -805,7 +951,21 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--episode-s", type=float, default=DEFAULT_EPISODE_S,
                    help="episode length of every arm in seconds (default %(default)s, mjlab's; 10: the "
                         "learning-speed setting, target 9.0 unless --target is given, report mjlab_10s.md)")
+    p.add_argument("--recipes", action="store_true",
+                   help="the shipped fastest recipes (tune_configs/mjlab-cartpole-*-fast.yaml) vs rsl_rl's runner "
+                        "at N = 64, 128, 256, 1024 on Balance and Swingup, 10 s episodes (results/mjlab_recipes.md)")
     args = p.parse_args(argv)
+    if args.recipes:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        root = os.path.dirname(HERE)
+        os.environ["PYTHONPATH"] = os.pathsep.join([root] + [q for q in os.environ.get("PYTHONPATH", "").split(
+            os.pathsep) if q and os.path.abspath(q) != root])
+        if args.list:
+            for key, *_ in RECIPES:
+                for a in recipe_arms(key):
+                    print(f"{a.key if a.mode == 'learn' else 'tput:' + a.key:28s} {a.mode:10s} {a.label}")
+            return
+        return recipes_main(args)
     os.environ[EPISODE_S_ENV] = repr(float(args.episode_s))
     name = NAME if args.episode_s == DEFAULT_EPISODE_S else f"{NAME}_{args.episode_s:g}s"
     if args.episode_s != DEFAULT_EPISODE_S and args.target == TARGET:
