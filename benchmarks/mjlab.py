@@ -162,10 +162,12 @@ def _mjlab_env(task: str, num_envs: int, seed: int, device: str = "cpu"):
 
 
 def arm_rsl_rl(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str = "cpu",
-               threads: Optional[int] = None) -> None:
+               threads: Optional[int] = None, overrides: Optional[Dict[str, Any]] = None) -> None:
     """rsl_rl's runner with mjlab's config for the task, unchanged. ``threads``: torch
     intra-op threads for its update (the peer's use of a second core: its runner
-    steps the simulator in this one process)."""
+    steps the simulator in this one process). ``overrides``: runner config keys
+    (dotted for nested ones, e.g. ``num_steps_per_env`` or
+    ``algorithm.num_mini_batches``): the peer's side of a sweep."""
     _unshadow()
     import dataclasses
 
@@ -179,7 +181,15 @@ def arm_rsl_rl(ctx: H.ArmContext, num_envs: int, task: str = TASK, device: str =
 
     rl_cfg = load_rl_cfg(task)
     rl_cfg.seed = ctx.seed
-    ctx.note(rl_cfg=dataclasses.asdict(rl_cfg))
+    for key, value in (overrides or {}).items():
+        *path, leaf = key.split(".")
+        obj = rl_cfg
+        for part in path:
+            obj = getattr(obj, part)
+        if not hasattr(obj, leaf):
+            raise ValueError(f"rsl_rl override {key!r}: the runner config has no such key")
+        setattr(obj, leaf, value)
+    ctx.note(rl_cfg=dataclasses.asdict(rl_cfg), overrides=overrides or {})
     torch.manual_seed(ctx.seed)
     ctx.start_clock()
     env = RslRlVecEnvWrapper(_mjlab_env(task, num_envs, ctx.seed, device), clip_actions=rl_cfg.clip_actions)
@@ -797,20 +807,36 @@ def _goals(rows: List[Dict[str, Any]], raw: Dict[int, Any], busy: Dict[int, Any]
 # ---------------------------------------------------------------------------------------
 # --recipes: the shipped fastest recipes vs rsl_rl's runner at its best N (10 s episodes)
 # ---------------------------------------------------------------------------------------
-#: (key, task, target, recipe file, recipe N): issue 25's part 3
-RECIPES = (("balance", "Mjlab-Cartpole-Balance", 9.0, "mjlab-cartpole-balance-fast", 128),
-           ("swingup", "Mjlab-Cartpole-Swingup", 8.0, "mjlab-cartpole-swingup-fast", 128))
+#: (key, task, target, recipe file): issue 25's part 3
+RECIPES = (("balance", "Mjlab-Cartpole-Balance", 9.0, "mjlab-cartpole-balance-fast"),
+           ("swingup", "Mjlab-Cartpole-Swingup", 8.0, "mjlab-cartpole-swingup-fast"))
 #: rsl_rl's candidates: its best of these is the reference
 RSL_NS = (64, 128, 256, 1024)
 RECIPE_EPISODE_S = 10.0
 
 
+def _recipe_n_t(file: str) -> tuple:
+    """(N, rollout length) of a shipped recipe file."""
+    import yaml
+
+    with open(os.path.join(os.path.dirname(HERE), "tune_configs", file + ".yaml")) as f:
+        (exp,) = yaml.safe_load(f).values()
+    return int(exp["config"]["num_envs"]), int(exp["config"].get("rollout_length", 32))
+
+
 def recipe_arms(key: str) -> List[H.Arm]:
-    """rsl_rl's runner (mjlab's registered config) at every N of RSL_NS, the shipped
-    recipe, and the simulator alone (busy workload) at each N for the physics floor."""
-    _, task, _, file, n_recipe = next(r for r in RECIPES if r[0] == key)
+    """rsl_rl's runner (mjlab's registered config) at every N of RSL_NS, and (the peer's
+    side of the sweep that found the recipe) with the recipe's N and rollout length; the
+    shipped recipe; the simulator alone (busy workload) at each N for the physics floor."""
+    _, task, _, file = next(r for r in RECIPES if r[0] == key)
+    n_recipe, t_recipe = _recipe_n_t(file)
     arms = [H.Arm(f"rsl_rl_{key}-{n}", "rsl_rl", f"{key}: rsl_rl runner (mjlab's config) N={n}", FN + "arm_rsl_rl",
                   {"num_envs": n, "task": task}, num_envs=n) for n in RSL_NS]
+    if t_recipe != 32:
+        arms.append(H.Arm(f"rsl_rl_t{t_recipe}_{key}-{n_recipe}", "rsl_rl",
+                          f"{key}: rsl_rl runner, mjlab's config with the recipe's {t_recipe} steps/env, N={n_recipe}",
+                          FN + "arm_rsl_rl", {"num_envs": n_recipe, "task": task,
+                                              "overrides": {"num_steps_per_env": t_recipe}}, num_envs=n_recipe))
     arms.append(H.Arm(f"recipe_{key}-{n_recipe}", "recipe", f"{key}: tune_configs/{file}.yaml", FN + "arm_recipe",
                       {"num_envs": n_recipe, "file": file}, num_envs=n_recipe))
     arms += [H.Arm(f"raw_busy_{key}-{n}", f"raw busy {key}", f"{key}: mjlab env, random clocks and actions",
@@ -833,8 +859,8 @@ def recipe_goal_lines(key: str, records: List[Dict[str, Any]]) -> List[str]:
     floor, and each arm's time split: simulator (env steps at the raw busy rate of its N),
     the rest of its rollout (policy inference, sampling, storage, adapter), the update
     (the rest of the iteration), waiting (0 for these synchronous arms)."""
-    _, task, target, file, n_recipe = next(r for r in RECIPES if r[0] == key)
-    recs = [r for r in records if r["key"].startswith((f"rsl_rl_{key}-", f"recipe_{key}-", f"raw_busy_{key}-"))]
+    _, task, target, file = next(r for r in RECIPES if r[0] == key)
+    recs = [r for r in records if f"_{key}-" in r["key"]]   # this task's arms (every key names it)
     rows = R.aggregate_learn(recs)
     busy = R.aggregate_throughput(recs).get(f"raw busy {key}", {})
     out = [f"## {key.capitalize()} ({task}, target {target:g} of 10)", "", R.learn_table(rows), ""]
@@ -885,7 +911,7 @@ def recipes_main(args) -> None:
         records, meta = payload["records"], payload["meta"]
     else:
         records, t0 = [], time.time()
-        for key, _, target, _, _ in RECIPES:
+        for key, _, target, _ in RECIPES:
             arms = H.select_arms(recipe_arms(key), args.arms) if args.arms != "all" else recipe_arms(key)
             if arms:
                 print(f"{key}: {len(arms)} arms, seeds {seeds}, target {target:g}, logs in {logdir}", flush=True)
