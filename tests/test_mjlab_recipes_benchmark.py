@@ -36,7 +36,7 @@ def _busy(key, n, sps):
 def test_arms_cover_every_rsl_rl_n_and_the_shipped_recipe(bench):
     keys = [a.key for a in bench.recipe_arms("swingup")]
     assert [f"rsl_rl_swingup-{n}" for n in (64, 128, 256, 1024)] == keys[:4]
-    assert "recipe_swingup-128" in keys and "raw_busy_swingup-128" in keys
+    assert "recipe_swingup-64" in keys and "raw_busy_swingup-64" in keys and "rsl_rl_t16_swingup-64" in keys
     (recipe,) = [a for a in bench.recipe_arms("balance") if a.family == "recipe"]
     assert recipe.kwargs["file"] == "mjlab-cartpole-balance-fast"
 
