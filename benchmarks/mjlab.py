@@ -95,6 +95,11 @@ def _unshadow() -> None:
     mod = sys.modules.get("mjlab")
     if getattr(mod, "__file__", None) == os.path.abspath(__file__):
         sys.modules["rllib_fast_bench_mjlab"] = sys.modules.pop("mjlab")
+    # every arm imports mjlab and its task registry before its clock starts, as rsl_rl's arm
+    # always did (~4 s here): until 2026-11-27 the rllib_fast arms imported it inside
+    # build_algo (the ``mjlab:`` source imports lazily), so their times carried the import
+    import mjlab.envs  # noqa: F401
+    import mjlab.tasks  # noqa: F401
 
 
 os.environ.setdefault("WARP_CACHE_PATH", os.path.join(os.path.dirname(HERE), "build", "warp-cache"))
@@ -894,7 +899,7 @@ def recipe_goal_lines(key: str, records: List[Dict[str, Any]]) -> List[str]:
                 "rsl_rl's arm times only env.step, so its policy inference counts with its update). Physics floor: "
                 "one whole 200-step episode per env at the raw busy rate (a mean over finished episodes cannot "
                 "reach the target sooner).", "",
-                R.markdown_table(["arm", "N", "raw busy", "simulator", "rest of sampling", "update", "waiting",
+                R.markdown_table(["arm", "N", "raw busy", "simulator", "rest of sampling", "update and the rest (build included)", "waiting",
                                   "timed", "physics floor"], split)]
     return out + [""]
 
@@ -911,8 +916,9 @@ def recipes_main(args) -> None:
         records, meta = payload["records"], payload["meta"]
     else:
         records, t0 = [], time.time()
+        wanted = {a.key for a in H.select_arms([a for k, *_ in RECIPES for a in recipe_arms(k)], args.arms)}
         for key, _, target, _ in RECIPES:
-            arms = H.select_arms(recipe_arms(key), args.arms) if args.arms != "all" else recipe_arms(key)
+            arms = [a for a in recipe_arms(key) if a.key in wanted]
             if arms:
                 print(f"{key}: {len(arms)} arms, seeds {seeds}, target {target:g}, logs in {logdir}", flush=True)
                 records += H.run_arms(arms, seeds, budget_s=args.budget, target=target, threads=args.threads,
