@@ -936,6 +936,9 @@ def recipes_main(args) -> None:
              f"{meta['machine']}, {meta['threads']} torch thread(s) per arm, seeds {meta['seeds']}, "
              f"{meta['budget']:g} s cap, 10 s episodes (200 steps, maximum return 10), commit {meta.get('commit')}; "
              "one arm at a time. Time to target counts from building the algorithm (envs included).", ""]
+    if meta.get("updated"):
+        lines += [f"Rows re-run on {meta['updated']}: {meta.get('update_note') or 'see the JSON'} "
+                  "(the other rows are from the first date).", ""]
     if meta.get("under_load"):
         lines += [f"**Taken under load** ({meta['under_load']}).", ""]
     for key, *_ in RECIPES:
