@@ -320,3 +320,25 @@ def test_tune_runs_a_popppo_trial_and_sees_the_best_members_return(tmp_path):
         assert ret(r) == max(v for v in fit if not math.isnan(v))
     finally:
         ray.shutdown()
+
+
+@pytest.mark.usefixtures("isolated_run")
+def test_rllib_train_file_runs_the_shipped_popppo_experiment_and_evaluates_its_best_member(capsys):
+    """``rllib train file tune_configs/pop-ppo-cartpole.yaml`` (stop shortened, smaller members),
+    then ``rllib evaluate`` of its checkpoint: the CLI path a user takes, end to end."""
+    import json
+    import os
+    from pathlib import Path
+
+    from rllib_fast.cli import main
+
+    path = Path(__file__).resolve().parents[2] / "tune_configs" / "pop-ppo-cartpole.yaml"
+    rc = main(["train", "file", str(path), "--stop", '{"training_iteration": 2}', "--no-mlflow",
+               "--config", json.dumps({"num_envs_per_member": 4, "rollout_length": 16}), "--ray-num-cpus", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-3000:]
+    assert "2 iterations" in out, out[-3000:]
+    (ckpt,) = [ln.split("checkpoint: ", 1)[1].strip() for ln in out.splitlines() if "checkpoint: " in ln][:1]
+    assert os.path.isfile(os.path.join(ckpt, "rllib_checkpoint.json"))
+    assert main(["evaluate", ckpt, "--episodes", "2"]) == 0
+    assert "over 2 episodes" in capsys.readouterr().out
