@@ -474,6 +474,16 @@ def run_arms(arms: Sequence[Arm], seeds: Sequence[int], *, budget_s: float, targ
 # ---------------------------------------------------------------------------
 # CLI helpers for benchmark scripts
 # ---------------------------------------------------------------------------
+def run_arms_with_args(arms: Sequence[Arm], seeds: Sequence[int], args: argparse.Namespace, *, target: float,
+                       logdir: str) -> List[Dict[str, Any]]:
+    """:func:`run_arms` with the flags of :func:`add_common_args` (budget, threads,
+    throughput window with a 60 s floor on its cap, waiting for a quiet machine)."""
+    return run_arms(arms, seeds, budget_s=args.budget, target=target, threads=args.threads, logdir=logdir,
+                    throughput_s=args.throughput_s, throughput_budget_s=max(3 * args.throughput_s, 60.0),
+                    quiet_cores=args.wait_quiet if args.wait_quiet >= 0 else None,
+                    quiet_timeout_s=args.quiet_timeout)
+
+
 def add_common_args(p: argparse.ArgumentParser, *, budget: float = 120.0, target: float = 475.0) -> None:
     p.add_argument("--budget", type=float, default=budget, help="time cap per learn arm, seconds "
                    "(from algorithm construction; default %(default)s)")

@@ -921,11 +921,7 @@ def recipes_main(args) -> None:
             arms = [a for a in recipe_arms(key) if a.key in wanted]
             if arms:
                 print(f"{key}: {len(arms)} arms, seeds {seeds}, target {target:g}, logs in {logdir}", flush=True)
-                records += H.run_arms(arms, seeds, budget_s=args.budget, target=target, threads=args.threads,
-                                      logdir=logdir, throughput_s=args.throughput_s,
-                                      throughput_budget_s=max(3 * args.throughput_s, 60.0),
-                                      quiet_cores=args.wait_quiet if args.wait_quiet >= 0 else None,
-                                      quiet_timeout_s=args.quiet_timeout)
+                records += H.run_arms_with_args(arms, seeds, args, target=target, logdir=logdir)
         meta = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
                     machine=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU",
                     threads=args.threads, seeds=seeds, budget=args.budget, commit=_git_commit(),
@@ -1038,11 +1034,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         out_dir = args.out_dir or (logdir if args.quick else results_dir)
         print(f"{len(arms)} arms, seeds {seeds}, budget {args.budget:g}s, logs in {logdir}", flush=True)
         t0 = time.time()
-        records = H.run_arms(arms, seeds, budget_s=args.budget, target=args.target, threads=args.threads,
-                             logdir=logdir, throughput_s=args.throughput_s,
-                             throughput_budget_s=max(3 * args.throughput_s, 60.0),
-                             quiet_cores=args.wait_quiet if args.wait_quiet >= 0 else None,
-                             quiet_timeout_s=args.quiet_timeout)
+        records = H.run_arms_with_args(arms, seeds, args, target=args.target, logdir=logdir)
         meta = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
                     machine=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, "
                             f"Python {platform.python_version()}",

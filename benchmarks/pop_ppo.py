@@ -308,11 +308,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                 continue
             print(f"{len(chosen)} arms, seeds {seeds}, target {target:g}, budget {args.budget:g}s, logs in {logdir}",
                   flush=True)
-            records += H.run_arms(chosen, seeds, budget_s=args.budget, target=target, threads=args.threads,
-                                  logdir=logdir, throughput_s=args.throughput_s,
-                                  throughput_budget_s=max(3 * args.throughput_s, 60.0),
-                                  quiet_cores=args.wait_quiet if args.wait_quiet >= 0 else None,
-                                  quiet_timeout_s=args.quiet_timeout)
+            records += H.run_arms_with_args(chosen, seeds, args, target=target, logdir=logdir)
         meta = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
                     machine=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU, "
                             f"Python {platform.python_version()}",

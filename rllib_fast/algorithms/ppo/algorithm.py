@@ -22,9 +22,8 @@ from ...core.rollout import RolloutStorage
 from ...envs import registry as env_registry
 from ...envs.base import Step, TensorVecEnv
 from ...envs.parallel import ParallelVecEnv
-from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, UpdateRule, standardize
+from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, UpdateRule, masked_mean, standardize
 from .config import FastPPOConfig
-from ..onpolicy import masked_mean
 from .loss import analytic_kl, approx_kl, kl_adapted_lr, ppo_loss
 from .overlap import OverlapSchedule
 
