@@ -36,9 +36,32 @@ def _busy(key, n, sps):
 def test_arms_cover_every_rsl_rl_n_and_the_shipped_recipe(bench):
     keys = [a.key for a in bench.recipe_arms("swingup")]
     assert [f"rsl_rl_swingup-{n}" for n in (64, 128, 256, 1024)] == keys[:4]
-    assert "recipe_swingup-64" in keys and "raw_busy_swingup-64" in keys and "rsl_rl_t16_swingup-64" in keys
+    n, over = bench._recipe_schedule("mjlab-cartpole-swingup-fast")
+    assert f"recipe_swingup-{n}" in keys and f"raw_busy_swingup-{n}" in keys
     (recipe,) = [a for a in bench.recipe_arms("balance") if a.family == "recipe"]
     assert recipe.kwargs["file"] == "mjlab-cartpole-balance-fast"
+
+
+def test_rsl_rl_gets_the_recipes_schedule_as_its_own_config_keys(bench):
+    """The peer's side of the sweep: every schedule setting of the recipe that differs from
+    mjlab's registered config, under rsl_rl's name for it."""
+    n, over = bench._recipe_schedule("mjlab-cartpole-balance-fast")
+    assert (n, over) == (256, {"num_steps_per_env": 4})
+    (arm,) = [a for a in bench.recipe_arms("balance") if a.key == "rsl_rl_recipe_balance-256"]
+    assert arm.kwargs["overrides"] == {"num_steps_per_env": 4} and "4 steps/env" in arm.label
+    import yaml
+
+    with open(os.path.join(os.path.dirname(BENCH), "tune_configs", "mjlab-cartpole-swingup-fast.yaml")) as f:
+        (exp,) = yaml.safe_load(f).values()
+    cfg = exp["config"]
+    n, over = bench._recipe_schedule("mjlab-cartpole-swingup-fast")
+    expect = {rsl: cfg[ours] for ours, (rsl, default) in bench.RSL_SCHEDULE.items() if cfg.get(ours, default) != default}
+    assert over == expect and (n, over.get("algorithm.gamma")) == (cfg["num_envs"], cfg["gamma"])
+    keys = {a.key: a for a in bench.recipe_arms("swingup")}
+    assert keys[f"rsl_rl_recipe_swingup-{n}"].kwargs["overrides"] == over
+    if cfg.get("compile"):   # a compiled recipe runs with torch's compile cache warm and cold
+        assert keys[f"recipe_cold_swingup-{n}"].kwargs["compile_cache"] == "cold"
+        assert "compile_cache" not in keys[f"recipe_swingup-{n}"].kwargs
 
 
 def test_median_counts_a_seed_that_did_not_reach_as_infinite(bench):
@@ -56,6 +79,11 @@ def test_goal_line_takes_rsl_rls_best_n_and_says_met_or_not(bench):
     assert "**met**" in text
     # time split: simulator share = overall / raw busy; the floor = 200 steps x N / raw busy
     assert "89%" in text and "2.8 s" in text      # recipe: 8000 / 9000; 200 * 128 / 9000
+    # rsl_rl given the recipe's schedule is reported beside the goal, not as the goal's reference
+    tuned = records + _learn("rsl_rl_recipe_balance-128", "rsl_rl", [20.0, 20.0, 21.0], 128)
+    text = "\n".join(bench.recipe_goal_lines("balance", tuned))
+    assert "1.50x sooner" in text and "**met**" in text
+    assert "recipe's own schedule" in text and "1.25x sooner (below 1.5x" in text
     slower = [r for r in records if r["family"] != "recipe"] + _learn("recipe_balance-128", "recipe", [20.0] * 3, 128)
     assert "1.20x sooner" in "\n".join(bench.recipe_goal_lines("balance", slower))
     assert "**not met**" in "\n".join(bench.recipe_goal_lines("balance", slower))
