@@ -318,7 +318,12 @@ def arm_recipe(ctx: H.ArmContext, num_envs: int, file: str, compile_cache: str =
     if config.get("compile"):
         notes["compile_cache"] = compile_cache
         if compile_cache == "cold":
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-cold-")
+            import atexit
+            import shutil
+
+            cold = tempfile.mkdtemp(prefix="inductor-cold-")
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cold
+            atexit.register(shutil.rmtree, cold, ignore_errors=True)
         else:
             notes["cache_warm_up_s"] = round(_warm_compile_cache(path, ctx.seed), 1)
     ctx.note(recipe=file, run=exp["run"], config=config, **notes)
