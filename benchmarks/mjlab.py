@@ -234,15 +234,24 @@ def _train_loop(ctx: H.ArmContext, algo) -> None:
         algo.stop()
 
 
+def _recipe_experiment(file: str) -> Dict[str, Any]:
+    """The one experiment of a shipped ``tune_configs/<file>.yaml`` (run, env, config, ...)."""
+    import yaml
+
+    with open(_recipe_path(file)) as f:
+        (exp,) = yaml.safe_load(f).values()
+    return exp
+
+
+def _recipe_path(file: str) -> str:
+    return os.path.join(os.path.dirname(HERE), "tune_configs", file + ".yaml")
+
+
 def _shipped_settings(name: str) -> Dict[str, Any]:
     """The algorithm settings of a shipped ``tune_configs/<name>.yaml`` (mjlab's rsl_rl
     config for the task mapped to FastPPO), without its placement keys (device, N, seed)."""
-    import yaml
-
-    with open(os.path.join(os.path.dirname(HERE), "tune_configs", name + ".yaml")) as f:
-        (exp,) = yaml.safe_load(f).values()
     drop = {"env_device", "num_envs", "seed", "evaluation_interval", "env_config"}
-    return {k: v for k, v in exp["config"].items() if k not in drop}
+    return {k: v for k, v in _recipe_experiment(name)["config"].items() if k not in drop}
 
 
 def arm_fastppo(ctx: H.ArmContext, num_envs: int, preset: str = "defaults", task: str = TASK,
@@ -303,14 +312,11 @@ def arm_recipe(ctx: H.ArmContext, num_envs: int, file: str, compile_cache: str =
     _unshadow()
     import tempfile
 
-    import yaml
     from ray.tune.registry import get_trainable_cls
 
     import rllib_fast  # noqa: F401 - registers the algorithms
 
-    path = os.path.join(os.path.dirname(HERE), "tune_configs", file + ".yaml")
-    with open(path) as f:
-        (exp,) = yaml.safe_load(f).values()
+    exp = _recipe_experiment(file)
     config = dict(exp["config"], seed=ctx.seed, env=exp["env"])
     if int(config["num_envs"]) != num_envs:
         raise ValueError(f"{file}.yaml has num_envs={config['num_envs']}, the arm says {num_envs}")
@@ -325,7 +331,7 @@ def arm_recipe(ctx: H.ArmContext, num_envs: int, file: str, compile_cache: str =
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = cold
             atexit.register(shutil.rmtree, cold, ignore_errors=True)
         else:
-            notes["cache_warm_up_s"] = round(_warm_compile_cache(path, ctx.seed), 1)
+            notes["cache_warm_up_s"] = round(_warm_compile_cache(_recipe_path(file), ctx.seed), 1)
     ctx.note(recipe=file, run=exp["run"], config=config, **notes)
     cfg = get_trainable_cls(exp["run"]).get_default_config().update_from_dict(config)
     ctx.start_clock()
@@ -872,11 +878,7 @@ RSL_SCHEDULE = {"rollout_length": ("num_steps_per_env", 32),
 def _recipe_schedule(file: str) -> tuple:
     """(N, rsl_rl overrides) of a shipped recipe file: its schedule settings that differ
     from mjlab's registered rsl_rl config, as rsl_rl runner keys."""
-    import yaml
-
-    with open(os.path.join(os.path.dirname(HERE), "tune_configs", file + ".yaml")) as f:
-        (exp,) = yaml.safe_load(f).values()
-    cfg = exp["config"]
+    cfg = _recipe_experiment(file)["config"]
     over = {rsl: cfg[ours] for ours, (rsl, default) in RSL_SCHEDULE.items()
             if ours in cfg and cfg[ours] != default}
     return int(cfg["num_envs"]), over
@@ -887,14 +889,6 @@ def _schedule_label(over: Dict[str, Any]) -> str:
              "algorithm.num_mini_batches": "minibatches", "algorithm.gamma": "gamma", "algorithm.lam": "lambda",
              "algorithm.desired_kl": "KL target"}
     return ", ".join(f"{v} {names[k]}" for k, v in over.items())
-
-
-def _recipe_compiles(file: str) -> bool:
-    import yaml
-
-    with open(os.path.join(os.path.dirname(HERE), "tune_configs", file + ".yaml")) as f:
-        (exp,) = yaml.safe_load(f).values()
-    return bool(exp["config"].get("compile", False))
 
 
 def recipe_arms(key: str) -> List[H.Arm]:
@@ -912,17 +906,15 @@ def recipe_arms(key: str) -> List[H.Arm]:
                           f"N={n_recipe}",
                           FN + "arm_rsl_rl", {"num_envs": n_recipe, "task": task, "overrides": over},
                           num_envs=n_recipe))
-    if _recipe_compiles(file):
-        arms.append(H.Arm(f"recipe_{key}-{n_recipe}", "recipe",
-                          f"{key}: tune_configs/{file}.yaml (compile cache warm)", FN + "arm_recipe",
-                          {"num_envs": n_recipe, "file": file}, num_envs=n_recipe))
+    compiles = bool(_recipe_experiment(file)["config"].get("compile", False))
+    arms.append(H.Arm(f"recipe_{key}-{n_recipe}", "recipe",
+                      f"{key}: tune_configs/{file}.yaml" + (" (compile cache warm)" if compiles else ""),
+                      FN + "arm_recipe", {"num_envs": n_recipe, "file": file}, num_envs=n_recipe))
+    if compiles:
         arms.append(H.Arm(f"recipe_cold_{key}-{n_recipe}", "recipe cold",
                           f"{key}: tune_configs/{file}.yaml, compile cache cold (first run on a machine)",
                           FN + "arm_recipe", {"num_envs": n_recipe, "file": file, "compile_cache": "cold"},
                           num_envs=n_recipe))
-    else:
-        arms.append(H.Arm(f"recipe_{key}-{n_recipe}", "recipe", f"{key}: tune_configs/{file}.yaml",
-                          FN + "arm_recipe", {"num_envs": n_recipe, "file": file}, num_envs=n_recipe))
     arms += [H.Arm(f"raw_busy_{key}-{n}", f"raw busy {key}", f"{key}: mjlab env, random clocks and actions",
                    FN + "arm_raw", {"num_envs": n, "task": task, "busy": True}, num_envs=n, mode="throughput")
              for n in sorted(set(RSL_NS) | {n_recipe})]
