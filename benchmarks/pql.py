@@ -422,8 +422,10 @@ def mjlab_arms(task_key: str = "balance", ns=MJLAB_NS) -> List[H.Arm]:
         sfx = f"-{task_key}-{n}"
         kw = dict(num_envs=n, task=task)
         out += [
-            H.Arm(f"mj-pql{sfx}", f"PQL-{n}", f"PQL (threads, N={n})", "pql:arm_mjlab_ours", dict(algo="PQL", **kw),
-                  num_envs=n),
+            H.Arm(f"mj-pql{sfx}", f"PQL-{n}", f"PQL (threads, N={n})", "pql:arm_mjlab_ours",
+                  dict(algo="PQL", backend="thread", **kw), num_envs=n),
+            H.Arm(f"mj-pqlproc{sfx}", f"PQL-proc-{n}", f"PQL (processes, N={n})", "pql:arm_mjlab_ours",
+                  dict(algo="PQL", backend="process", **kw), num_envs=n),
             H.Arm(f"mj-pqlray{sfx}", f"PQL-Ray-p2p-{n}", f"PQL (Ray actors, gloo, N={n})", "pql:arm_mjlab_ours",
                   dict(algo="PQL", backend="ray", ray_transport="collective", **kw), num_envs=n, needs_ray=True),
             H.Arm(f"mj-ddpgn{sfx}", f"DDPGN-{n}", f"DDPG(n) (N={n})", "pql:arm_mjlab_ours", dict(algo="DDPGN", **kw),
@@ -456,7 +458,10 @@ def all_arms(mujoco: bool = False) -> List[H.Arm]:
                                 "pql:arm_ours", dict(algo="PQL", env=ours, backend="ray",
                                                      ray_transport="object_store"), num_envs=n, needs_ray=True))
     return [
-        H.Arm(f"pql{sfx}", "PQL", f"PQL (threads, N={n})", "pql:arm_ours", dict(algo="PQL", env=ours), num_envs=n),
+        H.Arm(f"pql{sfx}", "PQL", f"PQL (threads, N={n})", "pql:arm_ours", dict(algo="PQL", env=ours, backend="thread"),
+              num_envs=n),
+        H.Arm(f"pqlproc{sfx}", "PQL-proc", f"PQL (processes, N={n})", "pql:arm_ours",
+              dict(algo="PQL", env=ours, backend="process"), num_envs=n),
         *ray_pql,
         H.Arm(f"ddpgn{sfx}", "DDPGN", f"DDPG(n) (sequential, N={n})", "pql:arm_ours", dict(algo="DDPGN", env=ours),
               num_envs=n),

@@ -36,7 +36,7 @@ def _ddpgn():
 
 def _pql():
     return PQLConfig().environment("Pendulum", num_envs=4).training(
-        batch_size=32, learning_starts=32, warmup_steps=2, hidden_sizes=[16, 16], checkpoint_replay=False)
+        backend="thread", batch_size=32, learning_starts=32, warmup_steps=2, hidden_sizes=[16, 16], checkpoint_replay=False)
 
 
 def _stored(algo) -> list:

@@ -229,7 +229,7 @@ def test_fastppo_learns_with_an_asymmetric_critic():
 # -- PQL family: replay stores states and next states; the critics read them -------------------------
 PQL_FAMILY = ("DDPGN", "SACN", "PQL")
 SMALL = dict(hidden_sizes=[32, 32], batch_size=64, steps_per_iteration=20, learning_starts=64,
-             decorrelate_steps=0)
+             decorrelate_steps=0, backend="thread")   # PQL: learners in this process, inspected below
 
 
 def _pql(name, source, **kw):
@@ -321,6 +321,20 @@ def test_distributional_critic_reads_states():
         algo.stop()
 
 
+def test_pql_process_backend_with_states():
+    """The shared transition ring carries the states: the learner processes' critics read them."""
+    algo = _pql("PQL", LAB, backend="process").build_algo()
+    try:
+        assert "states" in algo.backend.shared.ring and "next_states" in algo.backend.shared.ring
+        for _ in range(3):
+            r = algo.train()["learners"]["default_policy"]
+        assert r["num_critic_updates"] > 0 and math.isfinite(r["critic_loss"])
+        critic = algo.backend.state_components()["v"].state_dict()["critic"]
+        assert critic["q1.0.weight"].shape[1] == STATE_DIM + 2
+    finally:
+        algo.stop()
+
+
 def test_pql_ray_backend_with_states(tmp_path):
     import ray
 
@@ -361,8 +375,9 @@ def test_pql_learns_with_an_asymmetric_critic():
     kw = {k: v for k, v in preset("PQL", "Pendulum").items() if k != "num_envs"}
     algo = (CONFIGS["PQL"]().environment(env, num_envs=32, env_config=env_config)
             .training(**{**kw, "steps_per_iteration": 25, "asymmetric_critic": True}).debugging(seed=0)).build_algo()
-    try:
-        assert _in_features(algo.v.critic.q1) == STATE_DIM + 2
+    try:   # the default back-end on a CPU: the learners are processes, their critic is read through its state
+        critic = algo.backend.state_components()["v"].state_dict()["critic"]
+        assert critic["q1.0.weight"].shape[1] == STATE_DIM + 2
         best = -math.inf
         for _ in range(40):
             ret = algo.train()["env_runners"].get("episode_return_mean", math.nan)

@@ -220,7 +220,7 @@ def test_sacn_checkpoints_move_between_compiled_and_eager(aot_eager, tmp_path, f
 
 def test_pql_thread_backend_runs_compiled(aot_eager):
     """Concurrent V-/P-learner threads each call their own compiled loss."""
-    algo = pql(PQLConfig, compile=True).build_algo()
+    algo = pql(PQLConfig, compile=True, backend="thread").build_algo()
     for _ in range(2):
         r = algo.train()["learners"]["default_policy"]
     assert r["num_critic_updates"] > 0 and torch.isfinite(torch.tensor(r["critic_loss"]))

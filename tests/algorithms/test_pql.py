@@ -18,6 +18,10 @@ FAST = {k: v for k, v in PENDULUM.items() if k != "num_envs"}
 
 
 def _config(cls, n=64, **kw):
+    """PQL here runs its thread back-end unless a test says otherwise (the process back-end,
+    the default on a CPU, has its own tests in test_pql_process.py)."""
+    if cls is PQLConfig:
+        kw = {"backend": "thread", **kw}
     return cls().environment("Pendulum", num_envs=n).training(**{**FAST, **kw}).debugging(seed=0) \
         .evaluation(evaluation_duration=10)
 

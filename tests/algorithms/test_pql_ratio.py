@@ -111,9 +111,10 @@ def _slow_env(ctx):
     return SlowPendulum(num_envs=ctx["num_envs"], device=ctx["device"], seed=ctx["seed"])
 
 
-def test_pql_holds_ratios_and_learners_wait_for_a_slowed_actor():
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_pql_holds_ratios_and_learners_wait_for_a_slowed_actor(backend):
     cfg = PQLConfig().environment(_slow_env, num_envs=16).training(
-        hidden_sizes=[16], batch_size=32, steps_per_iteration=10, warmup_steps=2, buffer_size=4000).debugging(seed=0)
+        backend=backend, hidden_sizes=[16], batch_size=32, steps_per_iteration=10, warmup_steps=2, buffer_size=4000).debugging(seed=0)
     algo = cfg.build_algo()
     try:
         algo.train()   # warm-up: fills the replay, arms the controller

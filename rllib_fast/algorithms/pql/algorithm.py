@@ -196,8 +196,9 @@ class SACN(SequentialPQLFamily):
 
 class PQL(PQLFamily):
     """Parallel Q-Learning. ``backend='thread'``: learners are threads of this
-    process sharing tensors; ``backend='ray'``: learners are Ray actors placed
-    by resource bundles."""
+    process sharing tensors; ``backend='process'``: each learner is a process
+    of its own, sharing CPU memory; ``backend='ray'``: learners are Ray actors
+    placed by resource bundles."""
 
     RESUME_EXACT = False   # concurrent interleaving is not reproducible bit for bit
 
@@ -209,7 +210,7 @@ class PQL(PQLFamily):
     def default_resource_request(cls, config):
         pgf = super().default_resource_request(config)
         cfg = cls.get_default_config().update_from_dict(config if isinstance(config, dict) else config.to_dict())
-        extra = backend_class(cfg.backend).resource_bundles(cfg)
+        extra = backend_class(cfg.resolved_backend()).resource_bundles(cfg)
         if not extra:
             return pgf
         return PlacementGroupFactory(bundles=list(pgf.bundles) + extra, strategy=cfg.placement_strategy)
@@ -222,7 +223,7 @@ class PQL(PQLFamily):
             [("actor", "critic", 1.0 / cfg.beta_av), ("policy", "critic", 1.0 / cfg.beta_pv)],
             slack=cfg.resolved_slack(), depth=cfg.resolved_depth(), window_s=cfg.ratio_window_s,
             max_wait_s=cfg.max_wait_s)
-        self.backend = backend_class(cfg.backend)(self)
+        self.backend = backend_class(cfg.resolved_backend())(self)
         # in-process learners (thread back-end) are reachable for inspection; remote ones are not
         self.v, self.p = self.backend.local_learners()
         self.replay_bytes = self.backend.replay_bytes
@@ -264,7 +265,7 @@ class PQL(PQLFamily):
                 if batch is not None:
                     be.push(batch, self._stats_copy())
                 ctl.tick("actor")
-                if not ctl.armed and self.actor.emitted >= self.arm_at:
+                if not ctl.armed and self.actor.emitted >= self.arm_at and be.learners_ready():
                     ctl.arm()
             # end balanced: the learners finish the work this iteration's env steps owe
             be.wait_caught_up()

@@ -4,9 +4,10 @@
 thread and knows nothing of where the V-learner and the P-learner live: the
 back-end builds them, carries data and weights between the roles, gates the
 Actor, reports what each role waited and did, and exposes the learners'
-state for checkpoints. Two implementations: :class:`ThreadBackend` (threads
-of the trial process, shared tensors) and :class:`RayBackend` (Ray actors in
-their own resource bundles). ``backend_class(name)`` maps the config's
+state for checkpoints. Three implementations: :class:`ThreadBackend` (threads
+of the trial process, shared tensors), :class:`ProcessBackend` (a process per
+learner, shared CPU memory) and :class:`RayBackend` (Ray actors in their own
+resource bundles). ``backend_class(name)`` maps the config's
 ``backend`` to one of them (imported on demand: the Ray one imports Ray's
 actor machinery).
 """
@@ -37,6 +38,11 @@ class PQLBackend(abc.ABC):
     def local_learners(self):
         """(V-learner, P-learner) when they live in this process, else (None, None)."""
         return None, None
+
+    def learners_ready(self) -> bool:
+        """Whether the learners can take work (the process back-end's boot in the background);
+        the speed ratios are enforced only from then on."""
+        return True
 
     # -- one iteration (driver thread) -------------------------------------------------
     @abc.abstractmethod
@@ -103,8 +109,12 @@ def backend_class(name: str) -> type:
         from .thread_backend import ThreadBackend
 
         return ThreadBackend
+    if name == "process":
+        from .process_backend import ProcessBackend
+
+        return ProcessBackend
     if name == "ray":
         from .ray_backend import RayBackend
 
         return RayBackend
-    raise ValueError(f"PQL: unknown `backend` = {name!r}; allowed: 'thread', 'ray'")
+    raise ValueError(f"PQL: unknown `backend` = {name!r}; allowed: 'thread', 'process', 'ray'")

@@ -214,8 +214,14 @@ class PQLConfig(PQLFamilyConfig):
     run concurrently; their speeds are held at beta_a:v and beta_p:v by waiting."""
 
     HYPERPARAMETERS = {
-        "backend": Param("thread", "concurrency: threads in one process sharing tensors, or Ray actors",
-                         (str,), choices=("thread", "ray")),
+        "backend": Param("auto", "concurrency: threads in one process sharing tensors, a process per learner "
+                         "sharing CPU memory (no shared GIL), or Ray actors; 'auto': 'process' when the env and "
+                         "both learners are on the CPU, else 'thread' (docs/pql.md)", (str,),
+                         choices=("auto", "thread", "process", "ray")),
+        "process_start_method": Param("auto", "backend='process': how the learner processes start ('auto': fork "
+                                      "where the OS has it -- no re-import, ~0.1 s -- else spawn, which imports "
+                                      "torch and rllib_fast again, ~2-3 s, and needs a __main__ guard)", (str,),
+                                      choices=("auto", "fork", "spawn", "forkserver")),
         "v_learner_device": Param("auto", "V-learner device ('auto': env_device for threads; under Ray 'cuda' "
                                   "when the V actor was given a GPU, else 'cpu')", (str,), check=DEVICE_CHECK),
         "p_learner_device": Param("auto", "P-learner device (as v_learner_device)", (str,), check=DEVICE_CHECK),
@@ -261,6 +267,16 @@ class PQLConfig(PQLFamilyConfig):
             return max(2.0 * self.beta_av, self.min_slack())
         return float(self.ratio_slack)
 
+    def resolved_backend(self) -> str:
+        """``backend`` with 'auto' resolved: on a CPU the learners' Python dispatch and the
+        Actor's share one GIL as threads, so separate processes win (measured in
+        docs/pql.md); on a GPU kernels release the GIL and threads share tensors for free."""
+        if self.backend != "auto":
+            return self.backend
+        devices = (self.resolved_device(), self.v_learner_device, self.p_learner_device)
+        on_cpu = all(str(d) == "auto" or torch.device(d).type == "cpu" for d in devices)
+        return "process" if on_cpu else "thread"
+
     def resolved_depth(self) -> float:
         return 4.0 * self.resolved_slack() if self.ratio_depth == "auto" else float(self.ratio_depth)
 
@@ -268,16 +284,25 @@ class PQLConfig(PQLFamilyConfig):
         """Thread learners run in the building process: their devices are checked there
         too. The Ray back-end's learners check theirs in their own actors (ray_backend.py)."""
         keys = dict(super().local_device_keys())
-        if self.backend == "thread":
+        if self.resolved_backend() == "thread":
             keys.update(v_learner_device=self.v_learner_device, p_learner_device=self.p_learner_device)
         return keys
 
     def validate_algorithm(self) -> None:
         super().validate_algorithm()
-        if self.ray_transport != "object_store" and self.backend != "ray":
+        if self.ray_transport != "object_store" and self.resolved_backend() != "ray":
             self._value_error(f"{type(self).__name__}: `ray_transport` = {self.ray_transport!r} applies only to "
                               f"backend='ray' (got backend={self.backend!r}); allowed: backend='ray', or "
                               f"ray_transport='object_store'")
+        if self.resolved_backend() == "process":
+            placed = {"env_device": self.resolved_device(), "v_learner_device": self.v_learner_device,
+                      "p_learner_device": self.p_learner_device}
+            gpu = {k: str(d) for k, d in placed.items() if str(d) != "auto" and torch.device(d).type != "cpu"}
+            if gpu:
+                self._value_error(f"{type(self).__name__}: backend='process' shares CPU memory between processes, "
+                                  f"but {gpu} is not the CPU; allowed: CPU devices with backend='process' (e.g. "
+                                  f"env_device='cpu'), or backend='thread' (one GPU: its kernels overlap) / "
+                                  f"backend='ray' (learners on other GPUs)")
         if self.ratio_slack != "auto" and self.ratio_slack < self.min_slack():
             self._value_error(f"{type(self).__name__}: `ratio_slack` = {self.ratio_slack} lets the critic and "
                               f"another component wait for each other (beta_av = {self.beta_av}, beta_pv = "

@@ -1,0 +1,561 @@
+"""PQL's process back-end: the V-learner and the P-learner each run in a
+process of their own, the Actor (with the env) in the trial process, and
+everything that moves per step moves through shared memory.
+
+Why it exists: on a CPU workstation the thread back-end's three roles share
+one GIL. With small networks an update is mostly Python dispatch, and a real
+simulator's step (mjlab: Warp kernel launches from Python) is Python too, so
+the threads take turns instead of overlapping: measured on mjlab Cartpole,
+PQL's simulator stepped at 58-64% of its raw rate inside ``env.step``. The
+Ray back-end moves the learners out of the GIL but pays a remote call per
+exchange. Here nothing per step is a call:
+
+* **Transitions**: a ring of ``S`` preallocated shared slots (one vectorised
+  step's finished n-step transitions each, with the observation statistics of
+  that step). The Actor copies a batch into slot ``head % S`` and then bumps
+  ``head``; each learner copies the slots it has not seen into its own replay
+  and publishes how far it read, and the Actor never overwrites a slot a
+  learner has not read (it waits, which only happens while the learners boot).
+* **Weights**: one shared copy of the P-learner's policy and one of the
+  V-learner's critic, each behind a sequence counter (odd while written). A
+  reader copies the tensors out, then checks the counter did not move; a torn
+  read is dropped and retried at the next step.
+* **Speed ratios**: the trial process keeps the one
+  :class:`~rllib_fast.core.ratio.RatioController`. Each learner writes its
+  update count into a shared vector; the Actor's thread mirrors the counts into
+  the controller and writes back the count each learner may reach (its limit)
+  at every env step and while it waits. A learner waits (polling) only when its
+  count reaches its limit, or proceeds anyway after ``max_wait_s``.
+* **Control** (per iteration or rarer): a pipe per learner for resume, pause,
+  state get/set, replay clearing, live hyperparameters and stop. States travel
+  as ``torch.save`` bytes.
+
+The learners start by ``fork`` where the OS has it (``process_start_method``,
+see :func:`start_method`); with ``spawn`` they import torch and rllib_fast
+again (~2-3 s of a core each) and a plain script needs the usual
+``if __name__ == "__main__":`` guard. Either way the Actor keeps taking its
+warm-up steps while they boot (up to the ring's size), and the controller is
+armed only once both report ready. A learner exits when the trial process
+does (it watches its parent). CPU devices only: a CUDA tensor in shared memory
+would need CUDA IPC, and on a GPU the thread back-end already overlaps
+(kernels release the GIL).
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import time
+import traceback
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.multiprocessing as mp
+
+from ...core.seeding import PQL_LEARNER, derive_seed
+from ...core.state import StateAdapter
+from ...core.transition_replay import replay_bytes
+from .backend import PQLBackend
+from .components import CriticLearner, Dims, PolicyLearner, make_critic
+from .nets import load_snapshot, snapshot, tensors
+
+ROLE_INDEX = {"critic": 0, "policy": 1}
+#: live hyperparameters in the shared vector, in this order (grad clip NaN = off)
+LIVE_KEYS = ("lr", "actor_lr", "tau", "grad_clip")
+#: most bytes the transition ring may take; it holds at least 8 steps
+RING_BYTES = 64 * 2 ** 20
+RING_SLOTS = 256
+POLL_S = 2e-4
+
+
+def start_method(name: str) -> str:
+    """``process_start_method`` resolved: 'auto' is fork where the OS has it.
+
+    Fork is safe here although the trial process has threads (Ray's, the
+    simulator's): the child only builds a learner and runs torch CPU ops with
+    one intra-op thread, touching none of the parent's other state, as torch's
+    DataLoader workers do; it skips the ~2-3 s a spawned child spends importing
+    torch and rllib_fast again, which on a 10 s run is most of the gain."""
+    if name != "auto":
+        return name
+    return "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+
+
+def _to_bytes(obj) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _from_bytes(data: bytes):
+    return torch.load(io.BytesIO(data), weights_only=False)   # our own learners' state, not user files
+
+
+class SharedWeights:
+    """A module's tensors in shared memory behind a sequence counter (a seqlock
+    with one writer): ``write`` makes the counter odd, copies, makes it even;
+    ``read_into`` copies out and keeps the copy only if the counter was even
+    and unchanged, so a reader never loads half of an update."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.data = [t.detach().clone().share_memory_() for t in tensors(module)]
+        self.seq = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    def version(self) -> int:
+        return int(self.seq[0]) // 2
+
+    @torch.no_grad()
+    def write(self, module: torch.nn.Module) -> None:
+        self.seq += 1
+        torch._foreach_copy_(self.data, tensors(module))
+        self.seq += 1
+
+    @torch.no_grad()
+    def read_into(self, module: torch.nn.Module, seen: int) -> int:
+        """Load a version newer than ``seen`` into ``module``; returns the version
+        now held (``seen`` when there was nothing new or the read was torn)."""
+        s0 = int(self.seq[0])
+        if s0 % 2 or s0 // 2 <= seen:
+            return seen
+        copy = [t.clone() for t in self.data]
+        if int(self.seq[0]) != s0:
+            return seen
+        load_snapshot(module, copy)
+        return s0 // 2
+
+
+class SharedState:
+    """Everything the three processes share, allocated by the trial process."""
+
+    def __init__(self, fields: Dict[str, Any], rows: int, stats_shapes: List[torch.Size], policy, critic,
+                 live):
+        row_bytes = sum(math.prod(shape) * torch.empty((), dtype=dt).element_size() for shape, dt in fields.values())
+        self.slots = int(max(8, min(RING_SLOTS, RING_BYTES // max(1, row_bytes * rows))))
+        self.ring = {k: torch.zeros((self.slots, rows, *shape), dtype=dt).share_memory_()
+                     for k, (shape, dt) in fields.items()}
+        self.stats = [torch.zeros((self.slots, *s)).share_memory_() for s in stats_shapes]
+        self.head = torch.zeros(1, dtype=torch.int64).share_memory_()        # slots written
+        self.read = torch.zeros(2, dtype=torch.int64).share_memory_()        # slots ingested, per learner
+        self.counts = torch.zeros(2, dtype=torch.float64).share_memory_()    # updates done, per learner
+        self.limits = torch.full((2,), math.inf, dtype=torch.float64).share_memory_()
+        self.waited = torch.zeros(2, 2, dtype=torch.float64).share_memory_()  # (seconds, overrides) per learner
+        self.metrics = torch.zeros(2, 2, dtype=torch.float64).share_memory_()  # cumulative take_metrics() sums
+        self.failed = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self.live = torch.zeros(len(LIVE_KEYS), dtype=torch.float64).share_memory_()
+        self.policy = SharedWeights(policy)
+        self.critic = SharedWeights(critic)
+        self.set_live(live)
+
+    def set_live(self, live) -> None:
+        vals = [live.lr, live.actor_lr, live.tau, math.nan if live.grad_clip is None else live.grad_clip]
+        self.live.copy_(torch.tensor(vals, dtype=torch.float64))
+
+
+class SharedLive:
+    """The learners' view of the live hyperparameters (``LiveParams``'s fields,
+    read from shared memory at every update, so lr schedules and PBT reach the
+    learner processes without a message)."""
+
+    def __init__(self, vec: torch.Tensor):
+        self._vec = vec
+
+    @property
+    def lr(self) -> float:
+        return float(self._vec[0])
+
+    @property
+    def actor_lr(self) -> float:
+        return float(self._vec[1])
+
+    @property
+    def tau(self) -> float:
+        return float(self._vec[2])
+
+    @property
+    def grad_clip(self) -> Optional[float]:
+        g = float(self._vec[3])
+        return None if math.isnan(g) else g
+
+
+# ---------------------------------------------------------------------------
+# learner process
+# ---------------------------------------------------------------------------
+class _LearnerLoop:
+    """One learner in its own process: ingest the ring, adopt the other role's
+    weights, update while the limit allows, publish; obey the control pipe."""
+
+    def __init__(self, role: str, algo_cls, config_state, dims: Dims, rows: int, capacity: int, shared: SharedState,
+                 conn):
+        torch.set_num_threads(1)
+        self.cfg = cfg = algo_cls.get_default_config().from_state(config_state)
+        self.role, self.i, self.shared, self.conn = role, ROLE_INDEX[role], shared, conn
+        torch.manual_seed(derive_seed(cfg.seed or 0, PQL_LEARNER, self.i))
+        live = SharedLive(shared.live)
+        klass = CriticLearner if role == "critic" else PolicyLearner
+        self.learner = klass(cfg, dims, torch.device("cpu"), live, rows, capacity)
+        L = self.learner
+        if role == "critic":    # identical initial weights everywhere
+            shared.critic.read_into(L.critic, -1)
+            load_snapshot(L.target, snapshot(L.critic))
+            self.seen = shared.policy.read_into(L.policy, -1)
+        else:
+            shared.policy.read_into(L.policy, -1)
+            self.seen = shared.critic.read_into(L.critic, -1)
+        self.mine = shared.critic if role == "critic" else shared.policy
+        self.other = shared.policy if role == "critic" else shared.critic
+        self.other_module = L.policy if role == "critic" else L.critic
+        self.own_module = L.critic if role == "critic" else L.policy
+        self.fields = list(L.replay.data)
+        self.read = 0
+        self.running = False
+        self.stopped = False
+        self.every = cfg.weight_sync_every
+        self.max_wait_s = cfg.max_wait_s
+
+    # -- per step ------------------------------------------------------------
+    def ingest(self) -> None:
+        sh = self.shared
+        head = int(sh.head[0])
+        if head == self.read:
+            return
+        slot = 0
+        while self.read < head:
+            slot = self.read % sh.slots
+            self.learner.add({k: sh.ring[k][slot] for k in self.fields})
+            self.read += 1
+        if sh.stats:
+            self.learner.set_stats(tuple(s[slot].clone() for s in sh.stats))
+        sh.read[self.i] = self.read
+
+    def adopt(self) -> None:
+        self.seen = self.other.read_into(self.other_module, self.seen)
+
+    def gate(self) -> bool:
+        """Wait until one more update is within the limit; False when a command arrived."""
+        sh, n = self.shared, self.learner.updates + 1
+        if n <= float(sh.limits[self.i]) + 1e-9:
+            return True
+        t0 = time.monotonic()
+        try:
+            while n > float(sh.limits[self.i]) + 1e-9:
+                if self.conn.poll():
+                    return False
+                if time.monotonic() - t0 > self.max_wait_s:
+                    sh.waited[self.i, 1] += 1
+                    return True
+                time.sleep(POLL_S)
+            return True
+        finally:
+            sh.waited[self.i, 0] += time.monotonic() - t0
+
+    def publish(self) -> None:
+        self.mine.write(self.own_module)
+        self.shared.metrics[self.i] += self.learner.take_metrics().double()
+
+    # -- control ----------------------------------------------------------------
+    def handle(self, msg) -> None:
+        cmd, arg = msg
+        reply: Any = True
+        if cmd == "resume":
+            self.running = True
+            return                          # no reply: the driver does not wait for it
+        if cmd == "pause":
+            self.running = False
+            self.ingest()
+            self.adopt()
+            self.publish()
+            reply = self.learner.updates
+        elif cmd == "get_state":
+            reply = _to_bytes(self.learner.state_dict(arg))
+        elif cmd == "set_state":
+            self.learner.load_state_dict(_from_bytes(arg))
+            self.shared.counts[self.i] = self.learner.updates
+            self.mine.write(self.own_module)
+        elif cmd == "clear_replay":
+            self.learner.replay.clear()
+        elif cmd == "adopt":                # after a restore: take the other role's restored weights
+            self.seen = self.other.read_into(self.other_module, -1)
+        elif cmd == "stop":
+            self.stopped = True
+        else:
+            raise ValueError(f"unknown command {cmd!r}")
+        self.conn.send(("ok", reply))
+
+    def run(self) -> None:
+        parent, checked = os.getppid(), time.monotonic()
+        self.conn.send(("ready", None))
+        while not self.stopped:
+            if time.monotonic() - checked > 1.0:      # orphaned (the trial process was killed): exit
+                if os.getppid() != parent:
+                    return
+                checked = time.monotonic()
+            if not self.running:
+                if self.conn.poll(1.0):
+                    self.handle(self.conn.recv())
+                continue
+            if self.conn.poll():
+                self.handle(self.conn.recv())
+                continue
+            self.ingest()
+            self.adopt()
+            if not self.learner.ready():
+                time.sleep(1e-3)
+                continue
+            if not self.gate():
+                continue
+            self.learner.update()
+            self.shared.counts[self.i] = self.learner.updates
+            if self.learner.updates % self.every == 0:
+                self.publish()
+
+
+def _learner_main(role, algo_cls, config_state, dims, rows, capacity, shared, conn) -> None:
+    """Entry point of a learner process (module level: ``spawn`` imports it by name)."""
+    try:
+        _LearnerLoop(role, algo_cls, config_state, dims, rows, capacity, shared, conn).run()
+    except BaseException:  # noqa: BLE001 - reported to the trial process, then exit
+        shared.failed[ROLE_INDEX[role]] = 1
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except (BrokenPipeError, OSError):
+            pass
+
+
+# ---------------------------------------------------------------------------
+# trial-process side
+# ---------------------------------------------------------------------------
+class ProcessBackend(PQLBackend):
+    ROLES = ("critic", "policy")
+
+    def __init__(self, algo):
+        self.algo = algo
+        cfg, dims, N = algo.config, algo.dims, algo.env.num_envs
+        devices = {"env_device": algo.device, "v_learner_device": cfg.v_learner_device,
+                   "p_learner_device": cfg.p_learner_device}
+        bad = {k: str(d) for k, d in devices.items() if str(d) not in ("auto", "cpu") and torch.device(d).type != "cpu"}
+        if bad:
+            raise ValueError(f"PQL: backend='process' shares CPU memory between processes, but {bad} is not the "
+                             f"CPU; allowed: CPU devices with backend='process', or backend='thread' (one GPU, "
+                             f"kernels overlap) / backend='ray' (learners on other GPUs)")
+        v_fields, p_fields = cfg.replay_fields(dims.obs_dim, dims.act_dim, dims.state_dim)
+        cap = (algo.capacity // N) * N
+        self.replay_bytes = replay_bytes(cap, v_fields) + replay_bytes(cap, p_fields)
+        stats = algo.actor.stats()
+        critic = make_critic(cfg, dims)    # the V-learner's first critic (and the P-learner's copy)
+        self.shared = SharedState(v_fields, N, [s.shape for s in stats] if stats is not None else [],
+                                  algo.actor.policy, critic, algo.live)
+        self.fields = list(v_fields)
+        self.head = 0
+        self.ready = {r: False for r in self.ROLES}      # booted (sent 'ready')
+        self.resumed = {r: False for r in self.ROLES}    # told to run in this iteration
+        self.active = False                              # between resume() and pause()
+        self.seen_policy = 0
+        self.metrics_seen = torch.zeros(2, 2, dtype=torch.float64)
+        self.conns, self.procs = {}, {}
+        self.errors: Dict[str, str] = {}                 # a failed learner's traceback, once read
+        ctx = mp.get_context(start_method(cfg.process_start_method))
+        old = os.environ.get("OMP_NUM_THREADS")
+        os.environ["OMP_NUM_THREADS"] = "1"      # the children's torch starts with one intra-op thread
+        try:
+            for role in self.ROLES:
+                ours, theirs = ctx.Pipe()
+                proc = ctx.Process(target=_learner_main, name=f"pql-{role}", daemon=True,
+                                   args=(role, type(algo), cfg.get_state(), dims, N, algo.capacity, self.shared,
+                                         theirs))
+                proc.start()
+                theirs.close()
+                self.conns[role], self.procs[role] = ours, proc
+        finally:
+            if old is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = old
+
+    # -- plumbing ----------------------------------------------------------------
+    def _check(self, role: Optional[str] = None) -> None:
+        """Raise the learner's own traceback if it failed or died."""
+        for r in (self.ROLES if role is None else (role,)):
+            if int(self.shared.failed[ROLE_INDEX[r]]) or not self.procs[r].is_alive():
+                msg = self.errors.get(r)
+                conn = self.conns[r]
+                try:
+                    while msg is None and conn.poll(0.5):
+                        kind, payload = conn.recv()
+                        if kind == "error":
+                            msg = self.errors[r] = payload
+                except (EOFError, OSError):
+                    pass
+                raise RuntimeError(f"PQL {r} learner process failed"
+                                   + (f":\n{msg}" if msg else f" (exit code {self.procs[r].exitcode})"))
+
+    def _recv(self, role: str, timeout: float = 120.0):
+        """The next reply of ``role`` (skipping its one-time 'ready')."""
+        conn, deadline = self.conns[role], time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"PQL {role} learner process did not answer within {timeout}s")
+            if conn.poll(min(left, 0.5)):
+                kind, payload = conn.recv()
+                if kind == "ready":
+                    self.ready[role] = True
+                    continue
+                if kind == "error":
+                    raise RuntimeError(f"PQL {role} learner process failed:\n{payload}")
+                return payload
+            self._check(role)
+
+    def _send(self, role: str, cmd: str, arg=None) -> None:
+        try:
+            self.conns[role].send((cmd, arg))
+        except (BrokenPipeError, OSError):
+            self._check(role)           # the learner's own traceback, if it left one
+            raise
+
+    def _call(self, role: str, cmd: str, arg=None):
+        self._send(role, cmd, arg)
+        return self._recv(role)
+
+    def learners_ready(self) -> bool:
+        """Poll the boot of the learners; one that booted during an iteration starts at once."""
+        for role in self.ROLES:
+            conn = self.conns[role]
+            while not self.ready[role] and conn.poll():
+                kind, payload = conn.recv()
+                if kind == "error":
+                    raise RuntimeError(f"PQL {role} learner process failed:\n{payload}")
+                self.ready[role] = kind == "ready"
+            if self.ready[role] and self.active and not self.resumed[role]:
+                self._resume(role)
+        return all(self.ready.values())
+
+    def _resume(self, role: str) -> None:
+        self._send(role, "resume")
+        self.resumed[role] = True
+
+    def _relay(self) -> None:
+        """Mirror the learners' counts into the controller and hand them their limits."""
+        ctl, sh = self.algo.controller, self.shared
+        c = sh.counts.tolist()
+        ctl.set_count("critic", c[0])
+        ctl.set_count("policy", c[1])
+        sh.limits.copy_(torch.tensor([ctl.limit("critic"), ctl.limit("policy")], dtype=torch.float64))
+
+    # -- driver side ---------------------------------------------------------------
+    def resume(self) -> None:
+        self.shared.set_live(self.algo.live)
+        self.active = True
+        self.learners_ready()            # a learner still booting starts when it is up, not now
+        for role in self.ROLES:
+            if self.ready[role] and not self.resumed[role]:
+                self._resume(role)
+
+    def pause(self) -> None:
+        """Park the running learners (a learner still booting has done nothing and is
+        not waited for: the Actor keeps stepping meanwhile, its transitions wait in
+        the ring)."""
+        self.active = False
+        running = [r for r in self.ROLES if self.resumed[r]]
+        for role in running:
+            self._send(role, "pause")
+        for role in running:
+            self.algo.controller.set_count(role, float(self._recv(role)))
+            self.resumed[role] = False
+        self.shared.limits.fill_(math.inf)
+        self.seen_policy = self.shared.policy.read_into(self.algo.actor.policy, -1)
+
+    def gate_actor(self) -> None:
+        ctl = self.algo.controller
+        t0 = time.monotonic()
+        self._relay()
+        while not ctl.may_proceed("actor"):
+            if time.monotonic() - t0 > ctl.max_wait_s:
+                ctl.overrides["actor"] += 1
+                break
+            time.sleep(POLL_S)
+            self._relay()
+        waited = time.monotonic() - t0
+        ctl.waited_s["actor"] += waited
+        if waited > 0.2:
+            self._check()
+
+    def sync_actor(self) -> None:
+        self.seen_policy = self.shared.policy.read_into(self.algo.actor.policy, self.seen_policy)
+
+    def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
+        sh = self.shared
+        t0 = time.monotonic()
+        while self.head - int(sh.read.min()) >= sh.slots:   # a learner has not read the oldest slot yet
+            time.sleep(1e-3)
+            self.learners_ready()                       # one still booting starts as soon as it is up
+            if time.monotonic() - t0 > 1.0:
+                self._check()
+                t0 = time.monotonic()
+        slot = self.head % sh.slots
+        with torch.no_grad():
+            torch._foreach_copy_([sh.ring[k][slot] for k in self.fields], [batch[k] for k in self.fields])
+            if stats is not None:
+                torch._foreach_copy_([s[slot] for s in sh.stats], list(stats))
+        self.head += 1
+        sh.head[0] = self.head                           # after the data: a reader never sees a half slot
+        self._relay()
+
+    def wait_caught_up(self) -> None:
+        ctl = self.algo.controller
+        t0 = time.monotonic()
+        self._relay()
+        while not ctl.caught_up("actor") and time.monotonic() - t0 < ctl.max_wait_s:
+            time.sleep(POLL_S)
+            self._relay()
+        self._check()
+
+    # -- measurements ----------------------------------------------------------------
+    def take_metrics(self, role: str) -> torch.Tensor:
+        i = ROLE_INDEX[role]
+        now = self.shared.metrics[i].clone()
+        out, self.metrics_seen[i] = (now - self.metrics_seen[i]).float(), now
+        return out
+
+    def waited_s(self) -> Dict[str, float]:
+        w = self.shared.waited[:, 0].tolist()
+        return {"actor": self.algo.controller.waited_s["actor"], "critic": w[0], "policy": w[1]}
+
+    def overrides(self) -> Dict[str, int]:
+        o = self.shared.waited[:, 1].tolist()
+        return {"actor": self.algo.controller.overrides["actor"], "critic": int(o[0]), "policy": int(o[1])}
+
+    # -- state -------------------------------------------------------------------------
+    def state_components(self) -> Dict[str, Any]:
+        with_replay = self.algo.config.checkpoint_replay
+        return {key: StateAdapter((lambda r: lambda: _from_bytes(self._call(r, "get_state", with_replay)))(role),
+                                  (lambda r: lambda s: self._call(r, "set_state", _to_bytes(s)))(role))
+                for key, role in (("v", "critic"), ("p", "policy"))}
+
+    def after_restore(self) -> None:
+        # each role published its restored network on set_state; now each takes the other's
+        for role in self.ROLES:
+            self._call(role, "adopt")
+        self.seen_policy = self.shared.policy.read_into(self.algo.actor.policy, -1)
+        self.metrics_seen = self.shared.metrics.clone()
+
+    def clear_replays(self) -> None:
+        for role in self.ROLES:
+            self._call(role, "clear_replay")
+
+    def set_live(self, live) -> None:
+        self.shared.set_live(live)
+
+    def close(self) -> None:
+        for role, proc in self.procs.items():
+            if proc.is_alive():
+                try:
+                    self.conns[role].send(("stop", None))
+                except (BrokenPipeError, OSError):
+                    pass
+        for role, proc in self.procs.items():
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+            self.conns[role].close()
+        self.procs = {}
