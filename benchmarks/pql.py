@@ -65,7 +65,8 @@ MUJOCO_EVAL_EPISODES = 5
 MJLAB_TASKS = {"balance": ("Mjlab-Cartpole-Balance", 9.0), "swingup": ("Mjlab-Cartpole-Swingup", 8.0)}
 MJLAB_EPISODE_S = 10.0
 MJLAB_NS = (64, 256, 1024)
-MJLAB_REPORT_EVERY_S = 3.0   # greedy evaluation cadence (clock paused): the time-to-target resolution
+MJLAB_REPORT_EVERY_S = 1.0   # greedy evaluation cadence (clock paused): the time-to-target resolution (3 s
+#   quantised runs of 5-12 s by a third of their length; an iteration of the learners is ~1 s, the floor)
 MJLAB_EVAL_ENVS = 32     # greedy evaluation: one 200-step episode in each of 32 envs (~1 s quiet at N=32)
 HERE = os.path.dirname(os.path.abspath(__file__))
 # FastPPO on HalfCheetah: the shared PPO settings of benchmarks/sources.py (16 envs x 128 steps,
@@ -283,8 +284,8 @@ def _mjlab_settings(algo: str, task: str) -> Dict[str, Any]:
     with open(os.path.join(os.path.dirname(HERE), "tune_configs", name + ".yaml")) as f:
         (exp,) = yaml.safe_load(f).values()
     drop = {"env_device", "num_envs", "seed", "evaluation_interval", "evaluation_duration", "env_config"}
-    if algo in ("DDPGN", "SACN"):
-        drop |= {"backend", "v_learner_device", "p_learner_device", "ratio_slack", "ratio_depth", "max_wait_s",
+    if algo in ("DDPGN", "SACN"):   # their class decides the policy learner
+        drop |= {"policy_learner", "backend", "v_learner_device", "p_learner_device", "ratio_slack", "ratio_depth", "max_wait_s",
                  "weight_sync_every", "ray_transport", "ratio_window_s"}
     return {k: v for k, v in exp["config"].items() if k not in drop}
 
@@ -423,11 +424,14 @@ def mjlab_arms(task_key: str = "balance", ns=MJLAB_NS) -> List[H.Arm]:
         kw = dict(num_envs=n, task=task)
         out += [
             H.Arm(f"mj-pql{sfx}", f"PQL-{n}", f"PQL (threads, N={n})", "pql:arm_mjlab_ours",
-                  dict(algo="PQL", backend="thread", **kw), num_envs=n),
+                  dict(algo="PQL", backend="thread", policy_learner="ddpg", **kw), num_envs=n),
             H.Arm(f"mj-pqlproc{sfx}", f"PQL-proc-{n}", f"PQL (processes, N={n})", "pql:arm_mjlab_ours",
-                  dict(algo="PQL", backend="process", **kw), num_envs=n),
+                  dict(algo="PQL", backend="process", policy_learner="ddpg", **kw), num_envs=n),
+            H.Arm(f"mj-pqlsac{sfx}", f"PQL-SAC-proc-{n}", f"PQL, SAC's policy learner (processes, N={n})",
+                  "pql:arm_mjlab_ours", dict(algo="PQL", backend="process", policy_learner="sac", **kw), num_envs=n),
             H.Arm(f"mj-pqlray{sfx}", f"PQL-Ray-p2p-{n}", f"PQL (Ray actors, gloo, N={n})", "pql:arm_mjlab_ours",
-                  dict(algo="PQL", backend="ray", ray_transport="collective", **kw), num_envs=n, needs_ray=True),
+                  dict(algo="PQL", backend="ray", ray_transport="collective", policy_learner="ddpg", **kw),
+                  num_envs=n, needs_ray=True),
             H.Arm(f"mj-ddpgn{sfx}", f"DDPGN-{n}", f"DDPG(n) (N={n})", "pql:arm_mjlab_ours", dict(algo="DDPGN", **kw),
                   num_envs=n),
             H.Arm(f"mj-sacn{sfx}", f"SACN-{n}", f"SAC(n) (N={n})", "pql:arm_mjlab_ours", dict(algo="SACN", **kw),

@@ -148,3 +148,11 @@ def test_process_backend_refuses_a_gpu_device_at_validation():
         _config(v_learner_device="cuda:0").validate()
     with pytest.raises(ValueError, match=r"process_start_method"):
         _config(process_start_method="vfork").validate()
+
+
+def test_auto_backend_is_processes_on_a_cpu_and_threads_on_a_gpu():
+    cfg = PQLConfig().environment("Pendulum", num_envs=8, env_device="cpu")
+    assert cfg.backend == "auto" and cfg.resolved_backend() == "process"
+    assert cfg.copy().environment(env_device="cuda:0").resolved_backend() == "thread"
+    assert cfg.copy().training(v_learner_device="cuda:1").resolved_backend() == "thread"
+    assert cfg.copy().training(backend="thread").resolved_backend() == "thread"

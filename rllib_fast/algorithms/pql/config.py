@@ -222,6 +222,9 @@ class PQLConfig(PQLFamilyConfig):
                                       "where the OS has it -- no re-import, ~0.1 s -- else spawn, which imports "
                                       "torch and rllib_fast again, ~2-3 s, and needs a __main__ guard)", (str,),
                                       choices=("auto", "fork", "spawn", "forkserver")),
+        "learner_nice": Param(10, "backend='process': niceness added to the learner processes, so the OS gives the "
+                              "Actor's simulator a core first and the learners the rest (0: equal shares)", (int,),
+                              low=0, high=19),
         "v_learner_device": Param("auto", "V-learner device ('auto': env_device for threads; under Ray 'cuda' "
                                   "when the V actor was given a GPU, else 'cpu')", (str,), check=DEVICE_CHECK),
         "p_learner_device": Param("auto", "P-learner device (as v_learner_device)", (str,), check=DEVICE_CHECK),

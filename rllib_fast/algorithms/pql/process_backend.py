@@ -26,6 +26,11 @@ exchange. Here nothing per step is a call:
   the controller and writes back the count each learner may reach (its limit)
   at every env step and while it waits. A learner waits (polling) only when its
   count reaches its limit, or proceeds anyway after ``max_wait_s``.
+* **Priority**: the learners run ``learner_nice`` (default 10) below the trial
+  process. With three busy processes on two cores the OS then gives the
+  simulator a core first and the learners what it leaves: measured on mjlab
+  Cartpole (64 envs, 1:8), the simulator steps at 92-95% of its raw rate inside
+  ``env.step`` (72-79% at equal priority) for ~4% fewer env steps per second.
 * **Control** (per iteration or rarer): a pipe per learner for resume, pause,
   state get/set, replay clearing, live hyperparameters and stop. States travel
   as ``torch.save`` bytes.
@@ -282,6 +287,8 @@ class _LearnerLoop:
         self.conn.send(("ok", reply))
 
     def run(self) -> None:
+        if self.cfg.learner_nice:
+            os.nice(self.cfg.learner_nice)
         parent, checked = os.getppid(), time.monotonic()
         self.conn.send(("ready", None))
         while not self.stopped:
