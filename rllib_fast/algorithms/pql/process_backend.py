@@ -61,7 +61,7 @@ from ...core.seeding import PQL_LEARNER, derive_seed
 from ...core.state import StateAdapter
 from ...core.transition_replay import replay_bytes
 from .backend import PQLBackend
-from .components import CriticLearner, Dims, PolicyLearner, make_critic
+from .components import CriticLearner, Dims, PolicyLearner, make_critic, make_policy
 from .nets import load_snapshot, snapshot, tensors
 
 ROLE_INDEX = {"critic": 0, "policy": 1}
@@ -352,6 +352,10 @@ class ProcessBackend(PQLBackend):
         self.shared = SharedState(v_fields, N, [s.shape for s in stats] if stats is not None else [],
                                   algo.actor.policy, critic, algo.live)
         self.fields = list(v_fields)
+        # this process's read-only copies of the learners' networks, refreshed from shared memory
+        # when the state is read (generic tools inspect nn.Module components; see state_components)
+        self.policy_view = make_policy(cfg, dims).requires_grad_(False)
+        self.critic_view = critic.requires_grad_(False)
         self.head = 0
         self.ready = {r: False for r in self.ROLES}      # booted (sent 'ready')
         self.resumed = {r: False for r in self.ROLES}    # told to run in this iteration
@@ -533,10 +537,17 @@ class ProcessBackend(PQLBackend):
 
     # -- state -------------------------------------------------------------------------
     def state_components(self) -> Dict[str, Any]:
+        """The learners' states (read from and written to their processes), plus this
+        process's views of their newest policy and critic as modules (as the thread
+        back-end exposes its learners' networks; loading into a view is harmless, the
+        learners load from 'v' and 'p')."""
         with_replay = self.algo.config.checkpoint_replay
-        return {key: StateAdapter((lambda r: lambda: _from_bytes(self._call(r, "get_state", with_replay)))(role),
-                                  (lambda r: lambda s: self._call(r, "set_state", _to_bytes(s)))(role))
-                for key, role in (("v", "critic"), ("p", "policy"))}
+        self.shared.policy.read_into(self.policy_view, -1)
+        self.shared.critic.read_into(self.critic_view, -1)
+        return {**{key: StateAdapter((lambda r: lambda: _from_bytes(self._call(r, "get_state", with_replay)))(role),
+                                     (lambda r: lambda s: self._call(r, "set_state", _to_bytes(s)))(role))
+                   for key, role in (("v", "critic"), ("p", "policy"))},
+                "policy_net": self.policy_view, "critic_net": self.critic_view}
 
     def after_restore(self) -> None:
         # each role published its restored network on set_state; now each takes the other's
