@@ -47,6 +47,7 @@ would need CUDA IPC, and on a GPU the thread back-end already overlaps
 """
 from __future__ import annotations
 
+import copy
 import io
 import math
 import os
@@ -60,11 +61,11 @@ import torch.multiprocessing as mp
 from ...core.seeding import PQL_LEARNER, derive_seed
 from ...core.state import StateAdapter
 from ...core.transition_replay import replay_bytes
-from .backend import PQLBackend
-from .components import CriticLearner, Dims, PolicyLearner, make_critic, make_policy
+from .backend import ROLES, PQLBackend
+from .components import CriticLearner, Dims, PolicyLearner, make_critic
 from .nets import load_snapshot, snapshot, tensors
 
-ROLE_INDEX = {"critic": 0, "policy": 1}
+ROLE_INDEX = {role: i for i, role in enumerate(ROLES)}
 #: live hyperparameters in the shared vector, in this order (grad clip NaN = off)
 LIVE_KEYS = ("lr", "actor_lr", "tau", "grad_clip")
 #: most bytes the transition ring may take; it holds at least 8 steps
@@ -332,18 +333,11 @@ def _learner_main(role, algo_cls, config_state, dims, rows, capacity, shared, co
 # trial-process side
 # ---------------------------------------------------------------------------
 class ProcessBackend(PQLBackend):
-    ROLES = ("critic", "policy")
+    ROLES = ROLES
 
     def __init__(self, algo):
         self.algo = algo
-        cfg, dims, N = algo.config, algo.dims, algo.env.num_envs
-        devices = {"env_device": algo.device, "v_learner_device": cfg.v_learner_device,
-                   "p_learner_device": cfg.p_learner_device}
-        bad = {k: str(d) for k, d in devices.items() if str(d) not in ("auto", "cpu") and torch.device(d).type != "cpu"}
-        if bad:
-            raise ValueError(f"PQL: backend='process' shares CPU memory between processes, but {bad} is not the "
-                             f"CPU; allowed: CPU devices with backend='process', or backend='thread' (one GPU, "
-                             f"kernels overlap) / backend='ray' (learners on other GPUs)")
+        cfg, dims, N = algo.config, algo.dims, algo.env.num_envs   # CPU devices: checked at validation
         v_fields, p_fields = cfg.replay_fields(dims.obs_dim, dims.act_dim, dims.state_dim)
         cap = (algo.capacity // N) * N
         self.replay_bytes = replay_bytes(cap, v_fields) + replay_bytes(cap, p_fields)
@@ -354,7 +348,7 @@ class ProcessBackend(PQLBackend):
         self.fields = list(v_fields)
         # this process's read-only copies of the learners' networks, refreshed from shared memory
         # when the state is read (generic tools inspect nn.Module components; see state_components)
-        self.policy_view = make_policy(cfg, dims).requires_grad_(False)
+        self.policy_view = copy.deepcopy(algo.actor.policy).requires_grad_(False)   # no RNG draw
         self.critic_view = critic.requires_grad_(False)
         self.head = 0
         self.ready = {r: False for r in self.ROLES}      # booted (sent 'ready')
@@ -365,39 +359,38 @@ class ProcessBackend(PQLBackend):
         self.conns, self.procs = {}, {}
         self.errors: Dict[str, str] = {}                 # a failed learner's traceback, once read
         ctx = mp.get_context(start_method(cfg.process_start_method))
-        old = os.environ.get("OMP_NUM_THREADS")
-        os.environ["OMP_NUM_THREADS"] = "1"      # the children's torch starts with one intra-op thread
-        try:
-            for role in self.ROLES:
-                ours, theirs = ctx.Pipe()
-                proc = ctx.Process(target=_learner_main, name=f"pql-{role}", daemon=True,
-                                   args=(role, type(algo), cfg.get_state(), dims, N, algo.capacity, self.shared,
-                                         theirs))
-                proc.start()
-                theirs.close()
-                self.conns[role], self.procs[role] = ours, proc
-        finally:
-            if old is None:
-                os.environ.pop("OMP_NUM_THREADS", None)
-            else:
-                os.environ["OMP_NUM_THREADS"] = old
+        for role in self.ROLES:
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_learner_main, name=f"pql-{role}", daemon=True,
+                               args=(role, type(algo), cfg.get_state(), dims, N, algo.capacity, self.shared, theirs))
+            proc.start()
+            theirs.close()
+            self.conns[role], self.procs[role] = ours, proc
 
     # -- plumbing ----------------------------------------------------------------
+    def _next(self, role: str):
+        """Read one message of ``role``: notes 'ready', raises a reported failure with
+        the learner's traceback, returns (kind, payload) otherwise."""
+        kind, payload = self.conns[role].recv()
+        if kind == "ready":
+            self.ready[role] = True
+        elif kind == "error":
+            self.errors[role] = payload
+            raise RuntimeError(f"PQL {role} learner process failed:\n{payload}")
+        return kind, payload
+
     def _check(self, role: Optional[str] = None) -> None:
         """Raise the learner's own traceback if it failed or died."""
         for r in (self.ROLES if role is None else (role,)):
             if int(self.shared.failed[ROLE_INDEX[r]]) or not self.procs[r].is_alive():
-                msg = self.errors.get(r)
-                conn = self.conns[r]
+                if r in self.errors:
+                    raise RuntimeError(f"PQL {r} learner process failed:\n{self.errors[r]}")
                 try:
-                    while msg is None and conn.poll(0.5):
-                        kind, payload = conn.recv()
-                        if kind == "error":
-                            msg = self.errors[r] = payload
+                    while self.conns[r].poll(0.5):
+                        self._next(r)
                 except (EOFError, OSError):
                     pass
-                raise RuntimeError(f"PQL {r} learner process failed"
-                                   + (f":\n{msg}" if msg else f" (exit code {self.procs[r].exitcode})"))
+                raise RuntimeError(f"PQL {r} learner process failed (exit code {self.procs[r].exitcode})")
 
     def _recv(self, role: str, timeout: float = 120.0):
         """The next reply of ``role`` (skipping its one-time 'ready')."""
@@ -407,13 +400,9 @@ class ProcessBackend(PQLBackend):
             if left <= 0:
                 raise RuntimeError(f"PQL {role} learner process did not answer within {timeout}s")
             if conn.poll(min(left, 0.5)):
-                kind, payload = conn.recv()
-                if kind == "ready":
-                    self.ready[role] = True
-                    continue
-                if kind == "error":
-                    raise RuntimeError(f"PQL {role} learner process failed:\n{payload}")
-                return payload
+                kind, payload = self._next(role)
+                if kind != "ready":
+                    return payload
             self._check(role)
 
     def _send(self, role: str, cmd: str, arg=None) -> None:
@@ -430,12 +419,8 @@ class ProcessBackend(PQLBackend):
     def learners_ready(self) -> bool:
         """Poll the boot of the learners; one that booted during an iteration starts at once."""
         for role in self.ROLES:
-            conn = self.conns[role]
-            while not self.ready[role] and conn.poll():
-                kind, payload = conn.recv()
-                if kind == "error":
-                    raise RuntimeError(f"PQL {role} learner process failed:\n{payload}")
-                self.ready[role] = kind == "ready"
+            while not self.ready[role] and self.conns[role].poll():
+                self._next(role)
             if self.ready[role] and self.active and not self.resumed[role]:
                 self._resume(role)
         return all(self.ready.values())
@@ -450,7 +435,8 @@ class ProcessBackend(PQLBackend):
         c = sh.counts.tolist()
         ctl.set_count("critic", c[0])
         ctl.set_count("policy", c[1])
-        sh.limits.copy_(torch.tensor([ctl.limit("critic"), ctl.limit("policy")], dtype=torch.float64))
+        sh.limits[0] = ctl.limit("critic")
+        sh.limits[1] = ctl.limit("policy")
 
     # -- driver side ---------------------------------------------------------------
     def resume(self) -> None:
