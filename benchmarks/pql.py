@@ -65,8 +65,11 @@ MUJOCO_EVAL_EPISODES = 5
 MJLAB_TASKS = {"balance": ("Mjlab-Cartpole-Balance", 9.0), "swingup": ("Mjlab-Cartpole-Swingup", 8.0)}
 MJLAB_EPISODE_S = 10.0
 MJLAB_NS = (64, 256, 1024)
-MJLAB_REPORT_EVERY_S = 1.0   # greedy evaluation cadence (clock paused): the time-to-target resolution (3 s
-#   quantised runs of 5-12 s by a third of their length; an iteration of the learners is ~1 s, the floor)
+MJLAB_REPORT_EVERY_S = 0.25  # greedy evaluation cadence (clock paused): the time-to-target resolution. 3 s
+#   quantised runs of 5-12 s by a third of their length; 1 s still added ~0.5 s on average to 4-6 s runs, and more
+#   to the faster arm's env steps (a PQL second is ~10k env steps at N=256, a DDPG(n) second ~5k). At 0.25 s every
+#   10-step iteration at N=256 is evaluated (an iteration is the floor); each evaluation costs ~2.3 s, paused.
+MJLAB_CADENCE_BEFORE = 1.0   # the cadence of records that predate the cadence note
 MJLAB_EVAL_ENVS = 32     # greedy evaluation: one 200-step episode in each of 32 envs (~1 s quiet at N=32)
 HERE = os.path.dirname(os.path.abspath(__file__))
 # FastPPO on HalfCheetah: the shared PPO settings of benchmarks/sources.py (16 envs x 128 steps,
@@ -350,7 +353,8 @@ def arm_mjlab_ours(ctx: H.ArmContext, algo: str, num_envs: int, task: str, **ove
     cfg = (C().environment(f"mjlab:{task}", num_envs=num_envs, env_device="cpu",
                            env_config={"cfg": {"episode_length_s": MJLAB_EPISODE_S}})
            .training(**kw).debugging(seed=ctx.seed).evaluation(evaluation_duration=MJLAB_EVAL_ENVS))
-    ctx.note(hyperparameters=dict(num_envs=num_envs, **kw), config_class=C.__name__)
+    ctx.note(hyperparameters=dict(num_envs=num_envs, **kw), config_class=C.__name__,
+             eval_every_s=MJLAB_REPORT_EVERY_S)
     ctx.start_clock()
     a = cfg.build_algo()
     ctx.timed(a.env, "step", lambda out, args, kw: num_envs)
@@ -364,7 +368,7 @@ def arm_mjlab_td3(ctx: H.ArmContext, num_envs: int, task: str, **overrides: Any)
     td3 = _td3_module()
     args = td3.Args(env=f"mjlab:{task}", episode_length_s=MJLAB_EPISODE_S, num_envs=num_envs, seed=ctx.seed,
                     time_budget=1e9, log_every=10, **{**MJLAB_TD3, **overrides})
-    ctx.note(hyperparameters=vars(args))
+    ctx.note(hyperparameters=vars(args), eval_every_s=MJLAB_REPORT_EVERY_S)
     ctx.start_clock()
     _run_td3(ctx, td3, args, _GreedyEval(f"mjlab:{task}", ctx.seed, cfg={"episode_length_s": MJLAB_EPISODE_S}),
              MJLAB_REPORT_EVERY_S)
@@ -544,6 +548,24 @@ def _returns_by_time(records, checkpoints) -> str:
     return R.markdown_table(["arm"] + [f"by {c:g} s" for c in checkpoints] + ["env steps in the cap"], body)
 
 
+def _cadences(learn) -> str:
+    """The greedy evaluation cadence of the rows, e.g. '0.25 s', or '1 s (0.25 s for: a; b)' when
+    older records of some arms were evaluated at another."""
+    by_arm: Dict[str, float] = {}
+    for r in learn:
+        if "rslrl" not in r["key"]:   # rsl_rl reports its training return every iteration
+            by_arm[r["label"]] = float(r.get("notes", {}).get("eval_every_s", MJLAB_CADENCE_BEFORE))
+    if not by_arm:
+        return f"{MJLAB_REPORT_EVERY_S:g} s"
+    values = list(by_arm.values())
+    main = max(set(values), key=values.count)
+    other: Dict[float, List[str]] = {}
+    for label, c in by_arm.items():
+        if c != main:
+            other.setdefault(c, []).append(label)
+    return f"{main:g} s" + "".join(f" ({c:g} s for: {'; '.join(labs)})" for c, labs in sorted(other.items()))
+
+
 def _mjlab_section(records, task_key: str, meta) -> List[str]:
     """Learn table, simulator rate against the raw simulator at the same N, and the goal's reading."""
     task, target = MJLAB_TASKS[task_key]
@@ -551,7 +573,7 @@ def _mjlab_section(records, task_key: str, meta) -> List[str]:
     raw = {int(r["num_envs"]): r.get("tput_overall") for r in records if r["mode"] == "throughput"}
     rows = R.aggregate_learn(learn)
     lines = [f"## mjlab {task}, 10 s episodes (>= {target:g} of 10; greedy evaluation on {MJLAB_EVAL_ENVS} envs "
-             f"every {MJLAB_REPORT_EVERY_S:g} s, clock paused; rsl_rl: its training return; "
+             f"every {_cadences(learn)} of training, clock paused; rsl_rl: its training return; "
              f"{meta.get('mjlab_budget', 0):g} s cap)", "", R.learn_table(rows), ""]
     body = []
     for row in rows:
