@@ -65,7 +65,8 @@ MUJOCO_EVAL_EPISODES = 5
 MJLAB_TASKS = {"balance": ("Mjlab-Cartpole-Balance", 9.0), "swingup": ("Mjlab-Cartpole-Swingup", 8.0)}
 MJLAB_EPISODE_S = 10.0
 MJLAB_NS = (64, 256, 1024)
-MJLAB_REPORT_EVERY_S = 0.25  # greedy evaluation cadence (clock paused): the time-to-target resolution. 3 s
+MJLAB_REPORT_EVERY_S = float(os.environ.get("RLLIB_FAST_BENCH_MJLAB_EVAL_EVERY_S", 0.25))  # --mjlab-eval-every
+# The greedy evaluation cadence (clock paused) is the time-to-target resolution. 3 s
 #   quantised runs of 5-12 s by a third of their length; 1 s still added ~0.5 s on average to 4-6 s runs, and more
 #   to the faster arm's env steps (a PQL second is ~10k env steps at N=256, a DDPG(n) second ~5k). At 0.25 s every
 #   10-step iteration at N=256 is evaluated (an iteration is the floor); each evaluation costs ~2.3 s, paused.
@@ -706,8 +707,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--mjlab-ns", default=",".join(str(n) for n in MJLAB_NS), help="env counts of the mjlab arms")
     p.add_argument("--mjlab-budget", type=float, default=300.0, help="time cap per mjlab arm, seconds")
     p.add_argument("--mujoco-budget", type=float, default=360.0, help="time cap per HalfCheetah arm, seconds")
+    p.add_argument("--mjlab-eval-every", type=float, default=MJLAB_REPORT_EVERY_S,
+                   help="greedy evaluation cadence of the mjlab arms, seconds of training (clock paused; each "
+                   "evaluation costs ~2.3 s of wall time): the time-to-target resolution (default %(default)g)")
     p.add_argument("--contention", default="", help="free text recorded in the report (e.g. other load)")
     args = p.parse_args(argv)
+    os.environ["RLLIB_FAST_BENCH_MJLAB_EVAL_EVERY_S"] = repr(args.mjlab_eval_every)   # the arms' children read it
     results_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
     if args.list:
         for a in all_arms() + all_arms(True) + mjlab_arms("balance") + mjlab_arms("swingup"):
