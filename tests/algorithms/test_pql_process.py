@@ -2,7 +2,7 @@
 everything per step moves through shared memory. Learning Pendulum from a
 fixed seed with the ratios held, checkpoint/restore through the learner
 processes, live hyperparameters reaching them, a learner's failure surfacing
-with its traceback, both start methods, the seqlock's torn-read rule, and the
+with its traceback (also when a command was already on its way), both start methods, the seqlock's torn-read rule, and the
 CPU-only rule at validation."""
 import math
 
@@ -111,6 +111,47 @@ def test_learner_failure_surfaces_with_its_traceback(monkeypatch):
                 algo.train()
     finally:
         algo.stop()
+
+
+def test_a_failed_learner_stays_until_its_report_is_read(monkeypatch):
+    """A command already on its way when a learner fails must not reset the pipe and lose the
+    report (seen under load: ConnectionResetError instead of the traceback): the failed
+    learner keeps reading until the trial process has read its report and says stop."""
+    import time
+
+    from rllib_fast.algorithms.pql import components
+    from rllib_fast.algorithms.pql.process_backend import ROLE_INDEX
+
+    def boom(self):
+        raise ValueError("critic update exploded")
+
+    monkeypatch.setattr(components.CriticLearner, "update", boom)
+    algo = _small(process_start_method="fork").build_algo()
+    be = algo.backend
+    try:
+        be.resume()
+        for _ in range(20):                                  # steps until the critic has data and fails
+            be.push(*_one_step(algo))
+            if int(be.shared.failed[ROLE_INDEX["critic"]]):
+                break
+        t0 = time.monotonic()
+        while not int(be.shared.failed[ROLE_INDEX["critic"]]) and time.monotonic() - t0 < 30:
+            time.sleep(0.05)
+        be._send("critic", "pause")                          # on its way after the failure
+        time.sleep(0.5)
+        assert be.procs["critic"].is_alive()                 # still there: nothing unread when it exits
+        with pytest.raises(RuntimeError, match="critic update exploded"):
+            be._recv("critic")
+    finally:
+        algo.stop()
+    assert not be.procs                                      # stopped and joined
+
+
+def _one_step(algo):
+    batch = algo._env_step()
+    while batch is None:
+        batch = algo._env_step()
+    return batch, algo._stats_copy()
 
 
 def test_spawned_learners_train_and_deliver_weights():

@@ -325,8 +325,26 @@ def _learner_main(role, algo_cls, config_state, dims, rows, capacity, shared, co
         shared.failed[ROLE_INDEX[role]] = 1
         try:
             conn.send(("error", traceback.format_exc()))
+            _linger(conn)
         except (BrokenPipeError, OSError):
             pass
+
+
+def _linger(conn, limit_s: float = 60.0) -> None:
+    """Read and drop the trial process's commands until it says stop or closes its end
+    (or ``limit_s`` passes).
+
+    Why: a socket closed with unread data in it is reset, and the reset discards what
+    the peer has not read yet; a learner that exited right after reporting its failure
+    turned the trial process's next read into ``ConnectionResetError`` instead of the
+    learner's traceback whenever a command was already on its way."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            if conn.poll(0.5) and conn.recv()[0] == "stop":
+                return
+        except (EOFError, OSError):
+            return
 
 
 # ---------------------------------------------------------------------------
@@ -371,7 +389,11 @@ class ProcessBackend(PQLBackend):
     def _next(self, role: str):
         """Read one message of ``role``: notes 'ready', raises a reported failure with
         the learner's traceback, returns (kind, payload) otherwise."""
-        kind, payload = self.conns[role].recv()
+        try:
+            kind, payload = self.conns[role].recv()
+        except (EOFError, OSError) as e:   # the learner is gone without a word (killed, or its report lost)
+            raise RuntimeError(f"PQL {role} learner process failed (exit code {self.procs[role].exitcode}; "
+                               f"its pipe: {type(e).__name__})") from e
         if kind == "ready":
             self.ready[role] = True
         elif kind == "error":
