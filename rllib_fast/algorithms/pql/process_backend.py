@@ -407,11 +407,8 @@ class ProcessBackend(PQLBackend):
             if int(self.shared.failed[ROLE_INDEX[r]]) or not self.procs[r].is_alive():
                 if r in self.errors:
                     raise RuntimeError(f"PQL {r} learner process failed:\n{self.errors[r]}")
-                try:
-                    while self.conns[r].poll(0.5):
-                        self._next(r)
-                except (EOFError, OSError):
-                    pass
+                while self.conns[r].poll(0.5):   # its report, if it is still in the pipe (_next raises it)
+                    self._next(r)
                 raise RuntimeError(f"PQL {r} learner process failed (exit code {self.procs[r].exitcode})")
 
     def _recv(self, role: str, timeout: float = 120.0):
