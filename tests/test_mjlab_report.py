@@ -2,23 +2,11 @@
 overhead reading is a per-round ratio, and where it exists it decides the
 throughput goal, not the separate arms run minutes apart; the Go1 arms take
 mjlab's Go1 settings from the shipped tune config."""
-import importlib.util
-import os
-import sys
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests._benchmarks import load_benchmark
 
 
 def _bench():
-    path = os.path.join(REPO, "benchmarks", "mjlab.py")
-    spec = importlib.util.spec_from_file_location("rllib_fast_bench_mjlab_test", path)
-    mod = importlib.util.module_from_spec(spec)
-    saved = list(sys.path)
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path[:] = saved
-    return mod
+    return load_benchmark("mjlab.py", "rllib_fast_bench_mjlab_test")
 
 
 def _paired(n, rounds):

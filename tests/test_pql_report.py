@@ -2,23 +2,11 @@
 cadence is part of the time-to-target reading (a 1 s grain on 3-6 s runs moved the
 PQL/DDPG(n) ratio from 1.59x to 1.35x), so the header states the cadence each row was
 measured at, and records older than the cadence note count at the old 1 s."""
-import importlib.util
-import os
-import sys
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests._benchmarks import load_benchmark
 
 
 def _bench():
-    path = os.path.join(REPO, "benchmarks", "pql.py")
-    spec = importlib.util.spec_from_file_location("rllib_fast_bench_pql_test", path)
-    mod = importlib.util.module_from_spec(spec)
-    saved = list(sys.path)
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path[:] = saved
-    return mod
+    return load_benchmark("pql.py", "rllib_fast_bench_pql_test")
 
 
 def _rec(key, label, every=None):
