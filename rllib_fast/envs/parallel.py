@@ -80,7 +80,14 @@ Decisions:
 * **Processes** are started with the ``spawn`` context (default; ``forkserver``
   accepted and much quicker when many envs are created, e.g. in sweeps -- it
   leaves its server process running until exit, which is why it is not the
-  default). Never ``fork``: torch/OpenMP state does not survive a fork. A worker
+  default). ``fork`` is accepted for one case: a process that has already
+  imported and built the source once (FastPPO's ``learn_while_stepping`` puts
+  its simulator in a forked worker: mjlab's import alone takes ~6 s of a core
+  in a spawned one, the fork ~0.5 s). The child then runs the source's CPU
+  code with one torch intra-op thread and touches none of the parent's other
+  state (Ray's threads), as torch's DataLoader workers do; fork is not the
+  default because a source that starts threads or OpenMP pools at import
+  would inherit them half-copied. A spawned worker
   unpickles ``make_env_fn`` (so it must be picklable: a module-level function,
   ``functools.partial`` or :class:`NamedEnvFactory`; lambdas are not), sets
   ``torch.set_num_threads(1)``, ignores SIGINT (the main process owns
@@ -124,7 +131,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 import weakref
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 from typing import Any, Dict, List, Optional, Sequence
 
 import gymnasium as gym
@@ -135,6 +142,16 @@ from .base import Step, TensorVecEnv, canonical_device, check_num_envs, concat_s
 from .workers import (CMD_GET_STATE, CMD_RANDOMIZE_CLOCKS, CMD_RESET, CMD_SET_STATE, CMD_STEP, MakeEnvFn,
                       SharedLayout, WorkerError, WorkerResources, resolve_affinity, spin_acquire, worker_main)
 from ..core.seeding import worker_seed
+
+#: process start methods a ParallelVecEnv takes (``context``)
+CONTEXTS = ("spawn", "forkserver", "fork")
+
+
+def default_start_method() -> str:
+    """'fork' where the OS has it, else 'spawn': what a simulator worker of a process
+    that already built its source uses (FastPPO's ``simulator_start_method='auto'``)."""
+    return "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+
 
 __all__ = ["ParallelVecEnv", "SerialVecEnv", "NamedEnvFactory", "ParallelEnvCreator", "WorkerError", "worker_seed"]
 
@@ -196,11 +213,13 @@ class ParallelVecEnv(TensorVecEnv):
             main process is never pinned.
         num_groups: groups with independent barriers (1 = plain sync sampler;
             see :class:`AlternatingVecEnv`).
-        context: ``"spawn"`` or ``"forkserver"``. A spawned worker imports torch
-            and rllib_fast itself (seconds: ``import rllib_fast`` registers with Ray
+        context: ``"spawn"``, ``"forkserver"`` or ``"fork"``. A spawned worker imports
+            torch and rllib_fast itself (seconds: ``import rllib_fast`` registers with Ray
             Tune); a forkserver worker is forked from a server that imported them
             once (``forkserver_preload``), so later envs start in milliseconds,
-            but the server process stays alive (idle) until this process exits.
+            but the server process stays alive (idle) until this process exits;
+            a forked worker is a copy of this process (the source's modules
+            already imported; see the decisions above for when that is safe).
         probe: learn the extras/obs dtype from a throw-away 1-env source.
         step_timeout: seconds one wait may take before ``TimeoutError`` (None = no limit).
         poll_s: how often a wait checks that the workers are alive.
@@ -234,8 +253,8 @@ class ParallelVecEnv(TensorVecEnv):
         if W % G:
             raise ValueError(f"{type(self).__name__}: `num_workers` = {W} must be divisible by `num_groups` = {G}")
         nw = env_share(n, W, "num_workers", type(self).__name__)
-        if context not in ("spawn", "forkserver"):
-            raise ValueError(f"context must be 'spawn' or 'forkserver', got {context!r}")
+        if context not in CONTEXTS:
+            raise ValueError(f"context must be one of {', '.join(map(repr, CONTEXTS))}, got {context!r}")
         self.device = canonical_device(device)
         self.envs_per_worker = nw
         self.workers_per_group = wg = W // G
@@ -252,6 +271,12 @@ class ParallelVecEnv(TensorVecEnv):
         self._pending = [False] * G
 
         ctx = mp.get_context(context)
+        if context == "fork":
+            # the shared memory is created after the workers start: start the resource tracker
+            # first, so forked workers attach through this process's tracker (as spawned ones
+            # do) instead of each starting its own, which would unlink the block as "leaked"
+            # when the worker exits
+            resource_tracker.ensure_running()
         child_conns = []
         if context == "forkserver" and forkserver_preload:
             # import torch/rllib_fast once in the server, fork workers from it (takes effect

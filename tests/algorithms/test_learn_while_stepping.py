@@ -63,7 +63,7 @@ def test_schedule_spreads_every_minibatch_step_over_the_rollout():
 
 
 def test_the_simulator_steps_in_its_own_process_and_each_update_runs_inside_the_next_rollout():
-    algo = _config().build_algo()
+    algo = _config(learn_steps_per_env_step=4).build_algo()
     try:
         assert isinstance(algo.env, ParallelVecEnv)
         calls = []
@@ -93,6 +93,38 @@ def test_the_simulator_steps_in_its_own_process_and_each_update_runs_inside_the_
         assert calls[:calls.index("wait")].count("learn") == 4   # learn_steps_per_env_step: 4 in the first shadow
     finally:
         algo.stop()
+
+
+def _first_update(**kw):
+    """Parameters after the first update and the order of env-step waits and learning steps."""
+    algo = _config(**kw).build_algo()
+    try:
+        calls = []
+        step_wait, learn_steps = algo.env.step_wait, algo.update_rule.learn_steps
+
+        def spy_steps(batch):
+            for _ in learn_steps(batch):
+                calls.append("learn")
+                yield
+        algo.env.step_wait = lambda: (calls.append("wait"), step_wait())[1]
+        algo.update_rule.learn_steps = spy_steps
+        for _ in range(2):
+            algo.train()
+        kind = type(algo.env._res.procs[0]).__name__
+        return {k: v.clone() for k, v in algo.module.state_dict().items()}, calls, kind
+    finally:
+        algo.stop()
+
+
+def test_by_default_the_simulator_is_forked_the_update_fits_the_first_shadow_and_spawn_gives_the_same_run():
+    forked, calls, kind = _first_update()
+    assert kind == "ForkProcess"          # simulator_start_method='auto' on Linux
+    # learn_steps_per_env_step=20 >= the 2 x 4 update: all of it in the first env step's shadow
+    assert calls[:calls.index("wait", calls.index("learn"))].count("learn") == 8
+    spawned, _, kind = _first_update(simulator_start_method="spawn")
+    assert kind == "SpawnProcess"
+    for k, v in forked.items():           # the start method changes how fast it starts, not the run
+        assert torch.equal(v, spawned[k]), k
 
 
 def test_learns_cartpole():

@@ -21,7 +21,7 @@ import torch
 from ...core.rollout import RolloutStorage
 from ...envs import registry as env_registry
 from ...envs.base import Step, TensorVecEnv
-from ...envs.parallel import ParallelVecEnv
+from ...envs.parallel import ParallelVecEnv, default_start_method
 from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, UpdateRule, masked_mean, standardize
 from .config import FastPPOConfig
 from .loss import analytic_kl, approx_kl, kl_adapted_lr, ppo_loss
@@ -228,7 +228,9 @@ class FastPPO(OnPolicyAlgorithm):
     def make_env(self, num_envs: int, seed: int, config=None) -> TensorVecEnv:
         """The training env; with ``learn_while_stepping`` it must step in another
         process (``step_async``/``step_wait``): a registered name is put in one
-        simulator process, other sources must come as such an env already."""
+        simulator process (forked by default, after the source was built here
+        once: the fork inherits its imports), other sources must come as such
+        an env already."""
         env = super().make_env(num_envs, seed, config)
         if config is not None or not self.config.learn_while_stepping or _steps_elsewhere(env):
             return env
@@ -239,8 +241,11 @@ class FastPPO(OnPolicyAlgorithm):
                              f"env {name!r} steps in this one; allowed: a registered env name (run in a "
                              "simulator process automatically) or an env with step_async/step_wait "
                              "(rllib_fast.envs.ParallelEnvCreator)")
+        method = self.config.simulator_start_method
+        # 'auto' forks: the source was just built (and so imported) here, the copy needs no re-import
+        context = default_start_method() if method == "auto" else method
         return ParallelVecEnv.from_name(name, num_envs, 1, device=str(self.device), seed=seed,
-                                        env_kwargs=dict(self.config.env_config))
+                                        env_kwargs=dict(self.config.env_config), context=context)
 
     def build(self) -> None:
         super().build()

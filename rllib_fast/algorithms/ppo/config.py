@@ -44,11 +44,18 @@ class FastPPOConfig(OnPolicyConfig):
                                       "one): the simulator waits only for the policy's forward, the policy "
                                       "acts up to one update late (FastPPO only; docs/design-notes.md)",
                                       (bool,)),
-        "learn_steps_per_env_step": Param(4, "learn_while_stepping: minibatch steps taken while the simulator "
+        "learn_steps_per_env_step": Param(20, "learn_while_stepping: minibatch steps taken while the simulator "
                                           "computes one env step, from the rollout's first step until the "
-                                          "update is done (None: spread evenly over the rollout); the largest "
-                                          "number that fits in one step's simulation time is best",
+                                          "update is done (None: spread evenly over the rollout); the policy "
+                                          "acts stale only until the update is done, so the largest number "
+                                          "that fits in about one step's simulation time is best (20: a 5 x 4 "
+                                          "update in the first step's shadow; docs/design-notes.md)",
                                           (int,), low=1, optional=True),
+        "simulator_start_method": Param("auto", "learn_while_stepping: how the simulator process of a registered "
+                                        "env name starts ('auto': fork where the OS has it -- a copy of this "
+                                        "process, the source already imported, ~0.5 s -- else spawn, which "
+                                        "imports torch, rllib_fast and the source again: ~6 s for mjlab)",
+                                        (str,), choices=("auto", "fork", "spawn", "forkserver")),
         "adaptive_lr_bounds": Param([1e-6, 1e-2], "min/max lr for adaptive-KL lr", (list, tuple),
                                     check=(lambda v: real_pair(v) and 0 < v[0] <= v[1], "[min, max] numbers, 0 < min <= max")),
         "adaptive_lr_every": Param("epoch", "when the adaptive-KL lr adapts: 'epoch' (after each epoch, from its "
