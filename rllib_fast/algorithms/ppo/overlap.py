@@ -11,17 +11,29 @@ cost 1.4-2.8x the env steps of synchronous PPO (docs/design-notes.md).
 
 Here the simulator steps in its own process (``step_async``/``step_wait``:
 :class:`~rllib_fast.envs.parallel.ParallelVecEnv`; a registered env name is
-put in one automatically), and while it computes a batched step the learner
-takes minibatch steps of the *previous* rollout's update
-(``PPOUpdate.learn_steps``, a generator). ``learn_steps_per_env_step = k``
-front-loads them: k steps in the shadow of each env step from the rollout's
-first, until the update is done, so the policy is stale only for the first
-``ceil(S / k)`` env steps of a rollout (``S = epochs x minibatches``); None
-spreads them evenly (step ``t`` runs ``[t S / T, (t + 1) S / T)``), which keeps
-every env step's shadow equally busy but leaves the policy stale longer.
-Measured on mjlab Cartpole balance (10 s episodes, N=256, T=16, 5 x 4, seeds
-0-1, env steps to a mean return of 9.0): synchronous 197k / 271k,
-front-loaded k=5 328k / 316k, evenly spread 393k / 402k.
+put in one automatically, forked from the trial process so it starts in
+~0.5 s instead of re-importing the source: ``simulator_start_method``), and
+while it computes a batched step the learner takes minibatch steps of the
+*previous* rollout's update (``PPOUpdate.learn_steps``, a generator).
+``learn_steps_per_env_step = k`` front-loads them: k steps in the shadow of
+each env step from the rollout's first, until the update is done, so the
+policy is stale only for the first ``ceil(S / k)`` env steps of a rollout
+(``S = epochs x minibatches``); None spreads them evenly (step ``t`` runs
+``[t S / T, (t + 1) S / T)``), which keeps every env step's shadow equally
+busy but leaves the policy stale longer.
+
+What decides the sample cost is how long the policy stays stale, so the
+default k = 20 puts a 5 x 4 update entirely in the first env step's shadow
+(a minibatch step of 256 samples takes ~1 ms, an mjlab step of 256 envs
+~25 ms). Measured on mjlab Cartpole balance (10 s episodes, the balance
+recipe: N=256, T=4, 5 x 4; env steps to a mean return of 9.0, seeds 0-7):
+synchronous median 123k, k = 20 127k (1.03x), with the whole loop at 0.98
+of the raw simulator's rate against 0.79 synchronous. Stale for longer it
+costs more: at T=16, k=5 (4 of 16 steps stale; 5 x 4, FastPPO's orthogonal
+init, seeds 0-1) 328k / 316k against 197k / 271k; evenly spread 393k / 402k. Swing-up's recipe (N=128,
+T=8, 10 x 8, k=20: 4 of 8 steps stale) needed 1.14x the synchronous
+median (seeds 0-3) and is still its fastest recipe: the update is 30% of a
+synchronous iteration there (benchmarks/results/overlap.md).
 
 The schedule is fixed (never timed), so a run is as deterministic as
 synchronous FastPPO. The ratio is taken against the log-probabilities the
