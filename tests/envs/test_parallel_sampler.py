@@ -433,7 +433,7 @@ def test_argument_errors_start_nothing():
     with pytest.raises(ValueError, match="must be divisible by `num_groups`"):
         AlternatingVecEnv(MAKE, num_envs=6, num_workers=3)
     with pytest.raises(ValueError, match="context"):
-        ParallelVecEnv(MAKE, num_envs=2, num_workers=1, context="fork")
+        ParallelVecEnv(MAKE, num_envs=2, num_workers=1, context="thread")
     before = {p.pid for p in mp.active_children()}
     with pytest.raises((AttributeError, TypeError, pickle.PicklingError), match="pickle"):  # spawn pickles it
         ParallelVecEnv(lambda n, s: CountEnv(n, s), num_envs=2, num_workers=1)
