@@ -27,12 +27,12 @@ default k = 20 puts a 5 x 4 update entirely in the first env step's shadow (a
 minibatch step of 256 samples takes ~1 ms, an mjlab step of 256 envs ~25 ms).
 Measured on mjlab Cartpole balance (10 s episodes, the balance recipe: N=256,
 T=4, 5 x 4; env steps to a mean return of 9.0, seeds 0-7): synchronous median
-123k, k = 20 127k (1.03x), with the whole loop at 0.95 of the raw simulator's
-rate against 0.77 synchronous (14.5 s median to 9.0 against 17.0 s). Stale for
+123k, k = 20 127k (1.03x), with the whole loop at 0.97 of the raw simulator's
+rate against 0.78 synchronous (14.5 s median to 9.0 against 17.0 s). Stale for
 longer it costs more: at T=16, k=5 (4 of 16 steps stale; 5 x 4, FastPPO's
 orthogonal init, seeds 0-1) 328k / 316k against 197k / 271k; evenly spread
 393k / 402k. Swing-up's recipe (N=128, T=8, 10 x 8, k=20: 4 of 8 steps stale)
-needed 1.15x the synchronous median (seeds 0-7) at 0.80 of the raw rate
+needed 1.15x the synchronous median (seeds 0-7) at 0.91 of the raw rate
 (synchronous 0.64) and is still its fastest recipe: 19.2 s median to 8.0
 against 24.1 s (benchmarks/results/overlap.md).
 
