@@ -235,7 +235,7 @@ def report(args) -> str:
         s, o = median_steps(runs["sync"]), median_steps(runs["overlap"])
         if s and o:
             verdict = "met" if o <= SAMPLE_GOAL * s else "not met"
-            lines += ["", f"- Env steps, overlap / sync: **{o / s:.2f}x** (goal <= {SAMPLE_GOAL}x: {verdict})."]
+            lines += ["", f"- Env steps, overlap / sync: **{o / s:.3f}x** (goal <= {SAMPLE_GOAL}x: {verdict})."]
         lines.append("")
     if os.path.exists(RATE_FILE):
         with open(RATE_FILE) as f:
