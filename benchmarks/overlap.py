@@ -98,6 +98,7 @@ def one_run(task: str, arm: str, seed: int) -> Dict[str, Any]:
     t0 = time.perf_counter()
     algo = build(task, arm, seed)
     startup = time.perf_counter() - t0
+    n = algo.env.num_envs
     reached, steps, best = False, 0, float("-inf")
     try:
         while steps < CAP_ENV_STEPS:
@@ -112,7 +113,7 @@ def one_run(task: str, arm: str, seed: int) -> Dict[str, Any]:
         wall = time.perf_counter() - t0
     finally:
         algo.stop()
-    return dict(task=task, arm=arm, seed=seed, n=recipe(task, arm)["num_envs"], reached=reached,
+    return dict(task=task, arm=arm, seed=seed, n=n, reached=reached,
                 env_steps=steps, time_s=round(wall, 2), startup_s=round(startup, 2),
                 sps=round(steps / wall), best=round(best, 3), date=_now(), commit=_commit())
 
@@ -154,8 +155,10 @@ def rate(args) -> None:
             iters = max(1, args.env_steps // (n * horizon))
             shape = (n, *env.single_action_space.shape)
             per_round: Dict[str, List[float]] = {"raw": [], **{arm: [] for arm in ARMS}}
+            # the raw arm's actions from a generator of its own: torch's global one is the algorithms' stream
+            gen = torch.Generator().manual_seed(0)
             for r in range(args.rounds):
-                actions = torch.rand(shape) * 2 - 1
+                actions = torch.rand(shape, generator=gen) * 2 - 1
                 t = time.perf_counter()
                 for _ in range(iters * horizon):
                     env.step(actions)

@@ -146,13 +146,6 @@ from ..core.seeding import worker_seed
 #: process start methods a ParallelVecEnv takes (``context``)
 CONTEXTS = ("spawn", "forkserver", "fork")
 
-
-def default_start_method() -> str:
-    """'fork' where the OS has it, else 'spawn': what a simulator worker of a process
-    that already built its source uses (FastPPO's ``simulator_start_method='auto'``)."""
-    return "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-
-
 __all__ = ["ParallelVecEnv", "SerialVecEnv", "NamedEnvFactory", "ParallelEnvCreator", "WorkerError", "worker_seed"]
 
 

@@ -129,6 +129,9 @@ def test_a_failed_learner_stays_until_its_report_is_read(monkeypatch):
     algo = _small(process_start_method="fork").build_algo()
     be = algo.backend
     try:
+        t0 = time.monotonic()
+        while not be.learners_ready() and time.monotonic() - t0 < 60:   # booted (a busy machine boots slowly),
+            time.sleep(0.05)                                             # so resume() starts them now
         be.resume()
         for _ in range(20):                                  # steps until the critic has data and fails
             be.push(*_one_step(algo))

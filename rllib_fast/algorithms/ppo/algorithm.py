@@ -19,9 +19,10 @@ from typing import Any, Dict, Generator, Optional, Tuple
 import torch
 
 from ...core.rollout import RolloutStorage
+from ...core.start_method import resolve_start_method
 from ...envs import registry as env_registry
 from ...envs.base import Step, TensorVecEnv
-from ...envs.parallel import ParallelVecEnv, default_start_method
+from ...envs.parallel import ParallelVecEnv
 from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, UpdateRule, masked_mean, standardize
 from .config import FastPPOConfig
 from .loss import analytic_kl, approx_kl, kl_adapted_lr, ppo_loss
@@ -241,9 +242,8 @@ class FastPPO(OnPolicyAlgorithm):
                              f"env {name!r} steps in this one; allowed: a registered env name (run in a "
                              "simulator process automatically) or an env with step_async/step_wait "
                              "(rllib_fast.envs.ParallelEnvCreator)")
-        method = self.config.simulator_start_method
         # 'auto' forks: the source was just built (and so imported) here, the copy needs no re-import
-        context = default_start_method() if method == "auto" else method
+        context = resolve_start_method(self.config.simulator_start_method)
         return ParallelVecEnv.from_name(name, num_envs, 1, device=str(self.device), seed=seed,
                                         env_kwargs=dict(self.config.env_config), context=context)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ...core.params import Param, real_pair, with_defaults
+from ...core.start_method import START_METHODS
 from ..onpolicy import OnPolicyConfig
 
 
@@ -55,7 +56,7 @@ class FastPPOConfig(OnPolicyConfig):
                                         "env name starts ('auto': fork where the OS has it -- a copy of this "
                                         "process, the source already imported, ~0.5 s -- else spawn, which "
                                         "imports torch, rllib_fast and the source again: ~6 s for mjlab)",
-                                        (str,), choices=("auto", "fork", "spawn", "forkserver")),
+                                        (str,), choices=START_METHODS),
         "adaptive_lr_bounds": Param([1e-6, 1e-2], "min/max lr for adaptive-KL lr", (list, tuple),
                                     check=(lambda v: real_pair(v) and 0 < v[0] <= v[1], "[min, max] numbers, 0 < min <= max")),
         "adaptive_lr_every": Param("epoch", "when the adaptive-KL lr adapts: 'epoch' (after each epoch, from its "

@@ -19,6 +19,7 @@ from ...core.algorithm import DEVICE_CHECK, FastConfig
 from ...core.nets import ACTIVATIONS, auto_hidden_sizes
 from ...core.compile import COMPILE
 from ...core.params import AUTO_OR_INT_LIST, Param, learning_starts_error, real_pair, with_defaults
+from ...core.start_method import START_METHODS
 from ...core.transition_replay import replay_bytes
 from ...envs.probe import probe_spaces
 from ..asymmetric import ASYMMETRIC_CRITIC
@@ -221,7 +222,7 @@ class PQLConfig(PQLFamilyConfig):
         "process_start_method": Param("auto", "backend='process': how the learner processes start ('auto': fork "
                                       "where the OS has it -- no re-import, ~0.1 s -- else spawn, which imports "
                                       "torch and rllib_fast again, ~2-3 s, and needs a __main__ guard)", (str,),
-                                      choices=("auto", "fork", "spawn", "forkserver")),
+                                      choices=START_METHODS),
         "learner_nice": Param(10, "backend='process': niceness added to the learner processes, so the OS gives the "
                               "Actor's simulator a core first and the learners the rest (0: equal shares)", (int,),
                               low=0, high=19),

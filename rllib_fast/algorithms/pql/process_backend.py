@@ -36,7 +36,7 @@ exchange. Here nothing per step is a call:
   as ``torch.save`` bytes.
 
 The learners start by ``fork`` where the OS has it (``process_start_method``,
-see :func:`start_method`); with ``spawn`` they import torch and rllib_fast
+see :mod:`rllib_fast.core.start_method`); with ``spawn`` they import torch and rllib_fast
 again (~2-3 s of a core each) and a plain script needs the usual
 ``if __name__ == "__main__":`` guard. Either way the Actor keeps taking its
 warm-up steps while they boot (up to the ring's size), and the controller is
@@ -59,6 +59,7 @@ import torch
 import torch.multiprocessing as mp
 
 from ...core.seeding import PQL_LEARNER, derive_seed
+from ...core.start_method import resolve_start_method
 from ...core.state import StateAdapter
 from ...core.transition_replay import replay_bytes
 from .backend import ROLES, PQLBackend
@@ -72,19 +73,6 @@ LIVE_KEYS = ("lr", "actor_lr", "tau", "grad_clip")
 RING_BYTES = 64 * 2 ** 20
 RING_SLOTS = 256
 POLL_S = 2e-4
-
-
-def start_method(name: str) -> str:
-    """``process_start_method`` resolved: 'auto' is fork where the OS has it.
-
-    Fork is safe here although the trial process has threads (Ray's, the
-    simulator's): the child only builds a learner and runs torch CPU ops with
-    one intra-op thread, touching none of the parent's other state, as torch's
-    DataLoader workers do; it skips the ~2-3 s a spawned child spends importing
-    torch and rllib_fast again, which on a 10 s run is most of the gain."""
-    if name != "auto":
-        return name
-    return "fork" if "fork" in mp.get_all_start_methods() else "spawn"
 
 
 def _to_bytes(obj) -> bytes:
@@ -376,7 +364,7 @@ class ProcessBackend(PQLBackend):
         self.metrics_seen = torch.zeros(2, 2, dtype=torch.float64)
         self.conns, self.procs = {}, {}
         self.errors: Dict[str, str] = {}                 # a failed learner's traceback, once read
-        ctx = mp.get_context(start_method(cfg.process_start_method))
+        ctx = mp.get_context(resolve_start_method(cfg.process_start_method))
         for role in self.ROLES:
             ours, theirs = ctx.Pipe()
             proc = ctx.Process(target=_learner_main, name=f"pql-{role}", daemon=True,
