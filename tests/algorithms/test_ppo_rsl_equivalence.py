@@ -1,0 +1,143 @@
+"""FastPPO with every rsl_rl option (the ``parity`` arm of ``benchmarks/rsl_parity.py``) *is*
+rsl_rl 5.4.2's PPO, number for number: on the same batch, from the same weights and the same
+minibatch permutation, one whole update (5 epochs x 4 minibatches, per-minibatch analytic-KL
+lr, per-network grad clip, whole-batch advantage normalisation, clipped value loss in return
+units) leaves the same parameters and the same lr; and GAE with mjlab's time-out bootstrap
+gives rsl_rl's ``compute_returns`` targets. So a difference in env steps to a target between
+the two libraries at equal settings is not in the learning rule (docs/sources.md, "FastPPO vs
+rsl_rl, difference by difference")."""
+import pytest
+import torch
+
+rsl_rl = pytest.importorskip("rsl_rl")
+tensordict = pytest.importorskip("tensordict")
+
+from rsl_rl.algorithms import PPO  # noqa: E402
+from rsl_rl.models import MLPModel  # noqa: E402
+from rsl_rl.storage import RolloutStorage as RslStorage  # noqa: E402
+
+from rllib_fast.algorithms.ppo import FastPPOConfig  # noqa: E402
+from rllib_fast.core.rollout import compute_gae  # noqa: E402
+
+#: every rsl_rl option on (benchmarks/rsl_parity.py's OPTIONS, bar the env-side ones)
+PARITY = dict(init="torch", std_param="scalar", clip_actions=False, adaptive_lr_every="minibatch",
+              kl_estimator="analytic", adaptive_lr_bounds=[1e-5, 1e-2], normalize_advantages_over="batch",
+              normalize_values=False, vf_loss_coeff=2.0, grad_clip_scope="per_network", adam_eps=1e-8,
+              shuffle="once")
+#: mjlab's Cartpole rsl_rl config on FastPPO's keys
+MAPPED = dict(num_epochs=5, num_minibatches=4, lr=1e-3, adaptive_lr_kl_target=0.01, gamma=0.99, lambda_=0.95,
+              clip_param=0.2, vf_clip_param=0.2, entropy_coeff=0.01, grad_clip=1.0, hidden_sizes=[64, 64],
+              activation="elu", init_log_std=0.0, normalize_obs=False)
+GAMMA, LAM = 0.99, 0.95
+
+
+def linears(net):
+    return [m for m in net if isinstance(m, torch.nn.Linear)]
+
+
+def rsl_models(obs_dim: int, act_dim: int, n: int):
+    obs = tensordict.TensorDict({"policy": torch.zeros(n, obs_dim)}, batch_size=[n])
+    groups = {"actor": ["policy"], "critic": ["policy"]}
+    actor = MLPModel(obs, groups, "actor", act_dim, hidden_dims=(64, 64), activation="elu", obs_normalization=False,
+                     distribution_cfg={"class_name": "GaussianDistribution", "init_std": 1.0, "std_type": "scalar"})
+    critic = MLPModel(obs, groups, "critic", 1, hidden_dims=(64, 64), activation="elu", obs_normalization=False)
+    return obs, actor, critic
+
+
+def copy_weights(module, actor, critic) -> None:
+    with torch.no_grad():
+        for dst, src in [(actor.mlp, module.pi), (critic.mlp, module.vf)]:
+            for a, b in zip(linears(dst), linears(src), strict=True):
+                a.weight.copy_(b.weight)
+                a.bias.copy_(b.bias)
+        actor.distribution.std_param.copy_(module.std)
+
+
+def test_parity_update_is_rsl_rl_update():
+    n, t = 32, 16
+    algo = (FastPPOConfig().environment("Pendulum", num_envs=n)
+            .training(rollout_length=t, **{**MAPPED, **PARITY}).debugging(seed=1).build_algo())
+    module, rule = algo.module, algo.update_rule
+    for _ in range(2):   # a policy and lr that have moved
+        algo.train()
+    algo._rollout()
+    batch = algo._batch(algo._targets())
+    obs_dim, act_dim = batch.obs.shape[-1], batch.actions.shape[-1]
+
+    obs_td, actor, critic = rsl_models(obs_dim, act_dim, n)
+    copy_weights(module, actor, critic)
+    storage = RslStorage("rl", n, t, obs_td, [act_dim], "cpu")
+    lr = float(rule.optimizer.param_groups[0]["lr"])
+    ppo = PPO(actor, critic, storage, num_learning_epochs=5, num_mini_batches=4, clip_param=0.2, gamma=GAMMA,
+              lam=LAM, value_loss_coef=1.0, entropy_coef=0.01, learning_rate=lr, max_grad_norm=1.0,
+              use_clipped_value_loss=True, schedule="adaptive", desired_kl=0.01)
+    rule.optimizer.state.clear()   # both from a fresh Adam state
+
+    def tn(x):
+        return x.reshape(t, n, *x.shape[1:])
+
+    with torch.no_grad():   # what rsl_rl stores at act(): the acting policy's mean and std
+        mean, log_std = module.dist_params(batch.obs)
+    storage.observations = tensordict.TensorDict({"policy": tn(batch.obs)}, batch_size=[t, n])
+    storage.actions.copy_(tn(batch.actions))
+    storage.values.copy_(tn(batch.old_values).unsqueeze(-1))
+    storage.returns.copy_(tn(batch.value_targets).unsqueeze(-1))
+    adv = tn(batch.advantages).unsqueeze(-1)   # rsl_rl normalises in compute_returns, FastPPO in the update
+    storage.advantages = (adv - adv.mean()) / (adv.std() + 1e-8)
+    storage.actions_log_prob.copy_(tn(batch.logp).unsqueeze(-1))
+    storage.distribution_params = (tn(mean), tn(log_std.exp()))
+    storage.step = t
+
+    before = [p.detach().clone() for p in module.parameters()]
+    torch.manual_seed(123)   # both draw their one permutation per update from torch's default generator
+    rsl_losses = ppo.update()
+    torch.manual_seed(123)
+    ours = rule.learn(batch)
+
+    assert float(ours["curr_lr"]) == pytest.approx(ppo.learning_rate, rel=1e-5)
+    assert float(ours["policy_loss"]) == pytest.approx(rsl_losses["surrogate"], rel=1e-4, abs=1e-7)
+    # FastPPO reports 0.5 * mean squared error; rsl_rl the mean
+    assert 2 * float(ours["vf_loss"]) == pytest.approx(rsl_losses["value"], rel=1e-4)
+    assert float(ours["entropy"]) == pytest.approx(rsl_losses["entropy"], rel=1e-5)
+    for dst, src in [(actor.mlp, module.pi), (critic.mlp, module.vf)]:
+        for a, b in zip(linears(dst), linears(src)):
+            torch.testing.assert_close(b.weight, a.weight, rtol=0, atol=2e-6)
+            torch.testing.assert_close(b.bias, a.bias, rtol=0, atol=2e-6)
+    torch.testing.assert_close(module.std.detach(), actor.distribution.std_param.detach(), rtol=0, atol=2e-6)
+    # and the update moved them (not a comparison of two untouched networks)
+    assert max(float((p.detach() - b).abs().max()) for p, b in zip(module.parameters(), before)) > 1e-3
+    algo.stop()
+
+
+def test_time_out_bootstrap_gae_is_rsl_rl_compute_returns():
+    """mjlab's auto-reset (``exact_final_obs=False``): the adapter's ``final_obs`` of an ended
+    env is the observation its last action was taken from, so FastPPO bootstraps a time-out
+    from ``V(s_t)``: rsl_rl's ``reward += gamma * V(s_t) * time_out`` with the recursion cut at
+    every done. Terminations (not time-outs) bootstrap nothing in either."""
+    torch.manual_seed(0)
+    t, n, obs_dim = 24, 6, 5
+    obs_td, actor, critic = rsl_models(obs_dim, 1, n)
+    obs = torch.randn(t + 1, n, obs_dim)   # s_0 .. s_T (s_{t+1} is the reset observation where done)
+    rewards = torch.rand(t, n) * 0.05
+    time_out = torch.rand(t, n) < 0.08
+    terminated = (torch.rand(t, n) < 0.05) & ~time_out
+    done = time_out | terminated
+    with torch.no_grad():
+        values = critic(tensordict.TensorDict({"policy": obs[:t].reshape(t * n, -1)}, batch_size=[t * n]))
+        values = values.reshape(t, n)
+        last = critic(tensordict.TensorDict({"policy": obs[t]}, batch_size=[n])).reshape(n)
+
+    storage = RslStorage("rl", n, t, obs_td, [1], "cpu")
+    ppo = PPO(actor, critic, storage, gamma=GAMMA, lam=LAM)
+    storage.rewards.copy_((rewards + GAMMA * values * time_out).unsqueeze(-1))   # process_env_step's bootstrap
+    storage.dones.copy_(done.unsqueeze(-1))
+    storage.values.copy_(values.unsqueeze(-1))
+    storage.step = t
+    ppo.normalize_advantage_per_mini_batch = True   # compare the raw advantages
+    ppo.compute_returns(tensordict.TensorDict({"policy": obs[t]}, batch_size=[n]))
+
+    next_values = torch.cat([values[1:], last.unsqueeze(0)])
+    next_values = torch.where(done, values, next_values)   # V(final_obs): s_t where the env ended
+    adv, ret = compute_gae(rewards, values, next_values, terminated, done, GAMMA, LAM)
+    torch.testing.assert_close(adv, storage.advantages.squeeze(-1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ret, storage.returns.squeeze(-1), rtol=1e-5, atol=1e-6)
