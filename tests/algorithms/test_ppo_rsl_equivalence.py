@@ -141,3 +141,74 @@ def test_time_out_bootstrap_gae_is_rsl_rl_compute_returns():
     adv, ret = compute_gae(rewards, values, next_values, terminated, done, GAMMA, LAM)
     torch.testing.assert_close(adv, storage.advantages.squeeze(-1), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(ret, storage.returns.squeeze(-1), rtol=1e-5, atol=1e-6)
+
+
+def test_parity_tracks_rsl_rl_runner_step_for_step_on_mjlab():
+    """End to end on the real simulator: mjlab's own rsl_rl runner and FastPPO with every rsl_rl
+    option (``clip_actions: false`` and ``exact_final_obs: false`` in the env too), from the same
+    weights, the same env state and the same random stream, take the same actions at every env
+    step of two whole iterations (rollout with time-out resets and bootstraps, GAE, a 5 x 4 update
+    with per-minibatch lr adaptation) and end with the same lr sequence and weights, to float
+    precision. Later iterations drift apart only as float noise grows (Adam at the lr bound 1e-2
+    with eps 1e-8 amplifies ulp differences; FastPPO against itself with a 2e-7 weight nudge
+    drifts the same way): docs/sources.md."""
+    import dataclasses
+    import os
+
+    os.environ.setdefault("MJLAB_WARP_QUIET", "1")
+    pytest.importorskip("mjlab")
+    import mjlab.tasks  # noqa: F401
+    from mjlab.envs import ManagerBasedRlEnv
+    from mjlab.rl import RslRlVecEnvWrapper
+    from mjlab.rl.runner import MjlabOnPolicyRunner
+    from mjlab.tasks.registry import load_env_cfg, load_rl_cfg
+
+    task, n, t = "Mjlab-Cartpole-Swingup", 32, 32
+    rl_cfg = load_rl_cfg(task)
+    env_cfg = load_env_cfg(task)
+    env_cfg.scene.num_envs, env_cfg.seed, env_cfg.episode_length_s = n, 0, 10.0
+    renv = RslRlVecEnvWrapper(ManagerBasedRlEnv(env_cfg, device="cpu"), clip_actions=rl_cfg.clip_actions)
+    runner = MjlabOnPolicyRunner(renv, dataclasses.asdict(rl_cfg), None, "cpu")
+    algo = (FastPPOConfig()
+            .environment(f"mjlab:{task}", num_envs=n, env_device="cpu",
+                         env_config={"cfg": {"episode_length_s": 10.0}, "clip_actions": False,
+                                     "exact_final_obs": False})
+            .training(rollout_length=t, **{**MAPPED, **PARITY}).debugging(seed=0).build_algo())
+    module, rule = algo.module, algo.update_rule
+    actor, critic = runner.alg.actor, runner.alg.critic
+    copy_weights(module, actor, critic)
+
+    # the same env state, clocks and stream: reset(seed) reseeds torch's default generator (mjlab's
+    # seed_rng); FastPPO's draws come from its own stream (core/rng.py), reseeded inside it
+    renv.env.reset(seed=7)
+    with algo.rng_stream:
+        algo.obs = algo.env.reset(seed=7)
+        algo.env.randomize_episode_progress()   # rsl_rl's init_at_random_ep_len, first draw of learn()
+    actions = {"rsl": [], "fast": []}
+    lrs = {"rsl": [], "fast": []}
+    r_step, f_step = renv.step, algo.env.step
+    renv.step = lambda a: (actions["rsl"].append(a.clone()), r_step(a))[1]
+    algo.env.step = lambda a: (actions["fast"].append(a.clone()), f_step(a))[1]
+    r_opt_step = runner.alg.optimizer.step
+    runner.alg.optimizer.step = lambda *a, **k: (lrs["rsl"].append(float(runner.alg.optimizer.param_groups[0]["lr"])),
+                                                r_opt_step(*a, **k))[1]
+    f_grad_step = rule.gradient_step
+    rule.gradient_step = lambda b, i, d: (lrs["fast"].append(float(rule.optimizer.param_groups[0]["lr"])),
+                                          f_grad_step(b, i, d))[1]
+    mb = t * n // 4
+    for it in range(2):
+        runner.learn(1, init_at_random_ep_len=(it == 0))
+        algo.train()
+        with algo.rng_stream:   # rsl_rl's update forward samples (and discards) an action per minibatch row
+            for _ in range(20):
+                torch.normal(torch.zeros(mb, 1), torch.ones(mb, 1))
+    assert len(actions["rsl"]) == len(actions["fast"]) == 2 * t
+    torch.testing.assert_close(torch.stack(actions["fast"]), torch.stack(actions["rsl"]), rtol=0, atol=1e-4)
+    assert lrs["fast"] == pytest.approx(lrs["rsl"], rel=1e-5) and len(lrs["rsl"]) == 40
+    assert len(set(lrs["rsl"])) > 1   # the adaptation did act
+    for dst, src in [(actor.mlp, module.pi), (critic.mlp, module.vf)]:
+        for a, b in zip(linears(dst), linears(src)):
+            torch.testing.assert_close(b.weight, a.weight, rtol=0, atol=1e-4)
+    torch.testing.assert_close(module.std.detach(), actor.distribution.std_param.detach(), rtol=0, atol=1e-5)
+    algo.stop()
+    renv.close()
