@@ -55,6 +55,7 @@ Examples::
     python benchmarks/rsl_parity.py run --arms parity --task swingup --ns 256 --seeds 0,1,2,3
     python benchmarks/rsl_parity.py run --arms=-init,+init --ns 128 --seeds 0   # '=': names start with '-'
     python benchmarks/rsl_parity.py rate --ns 64,128,256,1024 --rounds 6
+    python benchmarks/rsl_parity.py vs --task swingup --n 128 --rounds 8   # loop rate, paired with rsl_rl
     python benchmarks/rsl_parity.py report
 """
 from __future__ import annotations
@@ -531,6 +532,79 @@ def rate(args) -> None:
     print(json.dumps({k: out[k] for k in ("raw_median", "loop_median", "loop_over_raw")}))
 
 
+def vs(args) -> None:
+    """Whole-loop rates against rsl_rl's runner at the same N, paired: rsl_rl's runner (mjlab's
+    config), the parity arm synchronous, and the parity arm learning in the simulator's shadow
+    (``learn_while_stepping``, ``--lws-k`` minibatch steps per env step), all built in one
+    process, all learning from scratch, alternating windows of ``--iters`` whole iterations per
+    arm in every round; the ratio to rsl_rl is taken within each round (the host's drift cancels)
+    and its median over rounds reported. Writes ``results/rsl_parity_vs_<task>.json``."""
+    import dataclasses
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    import mjlab.tasks  # noqa: F401
+    from mjlab.envs import ManagerBasedRlEnv
+    from mjlab.rl import RslRlVecEnvWrapper
+    from mjlab.rl.runner import MjlabOnPolicyRunner
+    from mjlab.tasks.registry import load_env_cfg, load_rl_cfg, load_runner_cls
+
+    from rllib_fast.algorithms.ppo import FastPPOConfig
+
+    task, _ = TASKS[args.task]
+    n = int(args.n)
+    rl_cfg = load_rl_cfg(task)
+    rl_cfg.seed = 0
+    env_cfg = load_env_cfg(task)
+    env_cfg.scene.num_envs, env_cfg.seed, env_cfg.episode_length_s = n, 0, EPISODE_S
+    renv = RslRlVecEnvWrapper(ManagerBasedRlEnv(env_cfg, device="cpu"), clip_actions=rl_cfg.clip_actions)
+    runner = (load_runner_cls(task) or MjlabOnPolicyRunner)(renv, dataclasses.asdict(rl_cfg), None, "cpu")
+    cls, opt_kw, opt_env = _options_arm(ALL_RSL)
+    env_config = {"cfg": {"episode_length_s": EPISODE_S}, **opt_env}
+    algos = {}
+    for name, lws in (("parity", False), ("parity_lws", True)):
+        kw = {**MAPPED, **opt_kw, "learn_while_stepping": lws}
+        if lws:
+            kw["learn_steps_per_env_step"] = args.lws_k
+        algos[name] = (FastPPOConfig(algo_class=cls).environment(f"mjlab:{task}", num_envs=n, env_device="cpu",
+                                                                 env_config=env_config)
+                       .training(**kw).debugging(seed=0).build_algo())
+    first = [True]
+
+    def rsl_iteration() -> None:
+        runner.learn(1, init_at_random_ep_len=first[0])
+        first[0] = False
+
+    arms_ = {"rsl_rl": (rsl_iteration, rl_cfg.num_steps_per_env * n)}
+    arms_.update({k: (a.train, a.horizon * n) for k, a in algos.items()})
+    for fn, _ in arms_.values():   # warm-up: two iterations each (the overlapped arm's first has no update)
+        fn()
+        fn()
+    rates: Dict[str, List[float]] = {k: [] for k in arms_}
+    try:
+        for r in range(args.rounds):
+            for k, (fn, per_iteration) in arms_.items():
+                t0 = time.perf_counter()
+                for _ in range(args.iters):
+                    fn()
+                rates[k].append(args.iters * per_iteration / (time.perf_counter() - t0))
+            print("round", r, {k: round(v[-1]) for k, v in rates.items()}, flush=True)
+    finally:
+        for a in algos.values():
+            a.stop()
+        renv.close()
+    ratios = {k: [v[i] / rates["rsl_rl"][i] for i in range(args.rounds)] for k, v in rates.items() if k != "rsl_rl"}
+    out = dict(task=args.task, n=n, date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), rounds=args.rounds,
+               iters=args.iters, lws_k=args.lws_k, threads=args.threads,
+               median={k: statistics.median(v) for k, v in rates.items()},
+               ratio_median={k: statistics.median(v) for k, v in ratios.items()},
+               ratio_range={k: [min(v), max(v)] for k, v in ratios.items()}, rates=rates, ratios=ratios)
+    with open(os.path.join(RESULTS, f"rsl_parity_vs_{args.task}.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    print(json.dumps({k: out[k] for k in ("median", "ratio_median", "ratio_range")}))
+
+
 # ---------------------------------------------------------------------------------------
 # report
 # ---------------------------------------------------------------------------------------
@@ -547,10 +621,19 @@ def _fmt(x: Optional[float]) -> str:
     return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.0f}k"
 
 
+def _row_tag(rec: Dict[str, Any]) -> str:
+    """A run's row: its tag, marked ``(subclasses)`` when its switches were the in-file
+    subclasses (``--impl subclasses``, and every run from before ``impl`` was recorded: the
+    first parity rows), so those never pool with runs of FastPPO's options."""
+    if rec["arm"] == "rsl_rl" or rec.get("impl") == "options":
+        return rec["tag"]
+    return f"{rec['tag']} (subclasses)"
+
+
 def summarize(recs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     groups: Dict[tuple, List[Dict[str, Any]]] = {}
     for r in recs:
-        groups.setdefault((r["task"], r["tag"], r["n"]), []).append(r)
+        groups.setdefault((r["task"], _row_tag(r), r["n"]), []).append(r)
     rows = []
     for (task, tag, n), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["seed"])
@@ -612,6 +695,21 @@ def report(args) -> None:
             lines.append(f"| {n} | {rr['raw_median'][n] / 1e3:.1f}k | {rr['loop_median'][n] / 1e3:.1f}k | "
                          f"{rr['loop_over_raw'][n]:.2f} |")
         lines.append("")
+    for p in sorted(glob.glob(os.path.join(RESULTS, "rsl_parity_vs_*.json"))):
+        with open(p) as f:
+            vv = json.load(f)
+        lines += [f"## Whole-loop rate against rsl_rl's runner, {vv['task']}, N={vv['n']} ({vv['date']}, "
+                  f"{vv['rounds']} rounds of {vv['iters']} iterations per arm, alternating in one process)", "",
+                  "All arms learn from scratch at rsl_rl's schedule (32 steps/env, 5 x 4). `parity`: FastPPO with "
+                  "every rsl_rl switch, synchronous; `parity_lws`: the same learning in the simulator's shadow "
+                  f"(`learn_while_stepping`, {vv['lws_k']} minibatch steps per env step). Ratio: the arm's rate over "
+                  "rsl_rl's in the same round, median [range] over rounds.", "",
+                  "| arm | env-steps/s (median) | ratio to rsl_rl |", "| :--- | ---: | ---: |",
+                  f"| rsl_rl | {vv['median']['rsl_rl'] / 1e3:.2f}k | 1 |"]
+        for k, med in vv["ratio_median"].items():
+            lo, hi = vv["ratio_range"][k]
+            lines.append(f"| {k} | {vv['median'][k] / 1e3:.2f}k | **{med:.3f}x** [{lo:.2f}-{hi:.2f}] |")
+        lines.append("")
     md = "\n".join(lines)
     with open(os.path.join(RESULTS, "rsl_parity.md"), "w") as f:
         f.write(md + "\n")
@@ -646,6 +744,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     q.add_argument("--threads", type=int, default=1)
     q.add_argument("--overrides", default="", help="JSON of FastPPO keys for the loop windows")
     q.add_argument("--tag", default="", help="suffix of the rate file")
+    v = sub.add_parser("vs", help="paired whole-loop rates against rsl_rl's runner at one N (part 1)")
+    v.add_argument("--task", default="balance", choices=tuple(TASKS))
+    v.add_argument("--n", type=int, default=128)
+    v.add_argument("--rounds", type=int, default=8)
+    v.add_argument("--iters", type=int, default=3, help="whole iterations per arm per round")
+    v.add_argument("--lws-k", type=int, default=8, help="learn_steps_per_env_step of the overlapped parity arm")
+    v.add_argument("--threads", type=int, default=1)
     s = sub.add_parser("report", help="tables from the runs file")
     s.add_argument("--out", default="")
     sub.add_parser("list", help="the arms")
@@ -654,7 +759,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         for k, v in arms().items():
             print(f"{k:14s} {v['label']}")
     else:
-        {"run": run, "rate": rate, "report": report}[args.cmd](args)
+        {"run": run, "rate": rate, "vs": vs, "report": report}[args.cmd](args)
 
 
 if __name__ == "__main__":
