@@ -89,6 +89,9 @@ class OnPolicyBatch(NamedTuple):
     value_targets: torch.Tensor
     old_values: torch.Tensor
     weights: Optional[torch.Tensor]  # 1 for valid transitions, 0 else; None when all are valid
+    #: log-probabilities of the actions under the policy at the update's start, when the adaptive
+    #: lr's KL is measured from it (FastPPO's ``kl_reference``); None: from ``logp``
+    kl_logp: Optional[torch.Tensor] = None
 
 
 class LearnerCollectives:

@@ -176,3 +176,57 @@ def test_a_source_stepping_in_this_process_is_refused_with_the_key():
            .training(learn_while_stepping=True).debugging(seed=0))
     with pytest.raises(ValueError, match="learn_while_stepping"):
         cfg.build_algo()
+
+
+# -- kl_reference: what the adaptive lr's KL is measured from ---------------------------
+def test_kl_reference_auto_is_update_start_only_when_learning_while_stepping():
+    sync = FastPPOConfig().environment("CartPole", num_envs=8).training(rollout_length=8).debugging(seed=0)
+    assert sync.build_algo().update_rule.settings.kl_reference == "behaviour"
+    algo = _config().build_algo()
+    try:
+        assert algo.update_rule.settings.kl_reference == "update_start"
+    finally:
+        algo.stop()
+    for cfg in (HTSPPOConfig().environment("CartPole", num_envs=8), ):   # lagged by design, unchanged
+        assert cfg.kl_reference == "auto"
+
+
+def test_kl_reference_auto_leaves_a_synchronous_run_bit_identical():
+    def run(**kw):
+        algo = (FastPPOConfig().environment("Pendulum", num_envs=8)
+                .training(rollout_length=16, num_epochs=2, num_minibatches=2, **kw).debugging(seed=5).build_algo())
+        for _ in range(3):
+            algo.train()
+        out = [p.detach().clone() for p in algo.module.parameters()], algo.update_rule.optimizer.param_groups[0]["lr"]
+        algo.stop()
+        return out
+
+    (a, lr_a), (b, lr_b) = run(), run(kl_reference="behaviour")
+    assert lr_a == lr_b
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+def test_update_start_kl_reads_this_updates_movement_not_the_acting_lag():
+    """A batch that acted with older parameters (as a learn_while_stepping rollout's first
+    steps do): measured from the behaviour, the KL of an update that barely moves the policy is
+    the lag; measured from the update's start it is ~0, so the adaptive lr is not cut for it."""
+    import dataclasses
+
+    algo = (FastPPOConfig().environment("Pendulum", num_envs=16)
+            .training(rollout_length=16, num_epochs=1, num_minibatches=2, lr=1e-9).debugging(seed=2).build_algo())
+    try:
+        algo._rollout()
+        batch = algo._batch(algo._targets())
+        with torch.no_grad():   # the parameters move on after acting: the batch is one update stale
+            for p in algo.module.pi.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        rule = algo.update_rule
+        kls = {}
+        for ref in ("behaviour", "update_start"):
+            rule.settings = dataclasses.replace(rule.settings, kl_reference=ref)
+            kls[ref] = float(rule.learn(batch)["mean_kl_loss"])
+        assert kls["behaviour"] > 1e-3
+        assert kls["update_start"] < 1e-6
+    finally:
+        algo.stop()

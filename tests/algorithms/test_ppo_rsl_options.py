@@ -302,7 +302,8 @@ def test_mjlab_adapter_clip_actions_false_advertises_bounds_and_does_not_clamp()
 
 @pytest.mark.parametrize("key,value,allowed", [
     ("normalize_advantages_over", "all", "'minibatch', 'batch'"), ("grad_clip_scope", "actor", "'global', 'per_network'"),
-    ("shuffle", "never", "'epoch', 'once'"), ("std_param", "exp", "'log', 'scalar'")])
+    ("shuffle", "never", "'epoch', 'once'"), ("std_param", "exp", "'log', 'scalar'"),
+    ("kl_reference", "start", "'auto', 'behaviour', 'update_start'")])
 def test_rsl_option_validation(key, value, allowed):
     with pytest.raises(ValueError, match=rf"`{key}` = '{value}'.*allowed: one of {allowed}"):
         small(**{key: value}).validate()

@@ -66,6 +66,14 @@ class FastPPOConfig(OnPolicyConfig):
         "kl_estimator": Param("k3", "the KL the adaptive lr reads: 'k3' (mean((r-1) - log r) over the sampled "
                               "actions) or 'analytic' (exact KL(old || new) of the Gaussians/categoricals, old = "
                               "the policy at the update's start: rsl_rl's)", (str,), choices=("k3", "analytic")),
+        "kl_reference": Param("auto", "the policy the adaptive lr's k3 KL is measured from: 'behaviour' (the "
+                              "parameters that acted: the rollout's stored log-probabilities) or 'update_start' "
+                              "(the policy when this update began: one no-grad pass over the batch per update, so "
+                              "the KL is this update's own movement, not also how far the acting policy lagged); "
+                              "'auto': 'update_start' with learn_while_stepping (its first env steps act with "
+                              "the policy one update behind), else 'behaviour' (the same policy then). The "
+                              "analytic estimator always measures from the update's start",
+                              (str,), choices=("auto", "behaviour", "update_start")),
         "normalize_advantages_over": Param("minibatch", "with normalize_advantages, the statistics advantages are "
                                            "standardised with: 'minibatch' (each minibatch's, biased std) or "
                                            "'batch' (once over the whole batch, unbiased std: rsl_rl's)", (str,),

@@ -54,10 +54,12 @@ def clip_fraction(ratio: torch.Tensor, clip: float, w=None, denom=None) -> torch
 def ppo_loss(logp: torch.Tensor, entropy: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
              v: torch.Tensor, targets: torch.Tensor, old_v: torch.Tensor, *, clip_param: float,
              vf_clip_param: Optional[float], vf_loss_coeff: float, entropy_coeff: float,
-             w=None, denom=None) -> PPOLossTerms:
+             w=None, denom=None, kl_old_logp: Optional[torch.Tensor] = None) -> PPOLossTerms:
     """The PPO objective on one minibatch from the policy's log-probabilities
     and entropies and the critic's values (advantages already standardised
-    where asked): ``pg + vf_coeff * vf - ent_coeff * entropy``."""
+    where asked): ``pg + vf_coeff * vf - ent_coeff * entropy``. The KL statistic
+    is measured from ``old_logp`` (the behaviour) or, when given, from
+    ``kl_old_logp`` (the policy at the update's start: ``kl_reference``)."""
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
     pg_loss = clipped_surrogate(ratio, adv, clip_param, w, denom)
@@ -65,7 +67,11 @@ def ppo_loss(logp: torch.Tensor, entropy: torch.Tensor, old_logp: torch.Tensor, 
     ent = masked_mean(entropy, w, denom)
     loss = pg_loss + vf_loss_coeff * vf_loss - entropy_coeff * ent
     ratio_d, log_ratio_d = ratio.detach(), log_ratio.detach()
-    kl = approx_kl(ratio_d, log_ratio_d, w, denom)
+    if kl_old_logp is None:
+        kl = approx_kl(ratio_d, log_ratio_d, w, denom)
+    else:
+        kl_log_ratio = logp.detach() - kl_old_logp
+        kl = approx_kl(kl_log_ratio.exp(), kl_log_ratio, w, denom)
     clipfrac = clip_fraction(ratio_d, clip_param, w, denom)
     return PPOLossTerms(loss, torch.stack([pg_loss.detach(), vf_loss.detach(), ent.detach(), kl, clipfrac]))
 
