@@ -24,17 +24,21 @@ busy but leaves the policy stale longer.
 
 What decides the sample cost is how long the policy stays stale, so the
 default k = 20 puts a 5 x 4 update entirely in the first env step's shadow (a
-minibatch step of 256 samples takes ~1 ms, an mjlab step of 256 envs ~25 ms).
-Measured on mjlab Cartpole balance (10 s episodes, the balance recipe: N=256,
-T=4, 5 x 4; env steps to a mean return of 9.0, seeds 0-7): synchronous median
-123k, k = 20 127k (1.03x), with the whole loop at 0.97 of the raw simulator's
-rate against 0.78 synchronous (14.5 s median to 9.0 against 17.0 s). Stale for
-longer it costs more: at T=16, k=5 (4 of 16 steps stale; 5 x 4, FastPPO's
-orthogonal init, seeds 0-1) 328k / 316k against 197k / 271k; evenly spread
-393k / 402k. Swing-up's recipe (N=128, T=8, 10 x 8, k=20: 4 of 8 steps stale)
-needed 1.15x the synchronous median (seeds 0-7) at 0.91 of the raw rate
-(synchronous 0.64) and is still its fastest recipe: 19.2 s median to 8.0
-against 24.1 s (benchmarks/results/overlap.md).
+minibatch step of 256 samples takes ~1 ms, an mjlab step of 256 envs ~25 ms),
+and what the adaptive-KL lr reads: measured from the parameters that acted,
+an update's KL starts at the lag of those first steps and the lr is cut for
+it, so ``kl_reference='auto'`` measures it from the policy at the update's
+start when learning while stepping (``PPOUpdate._start_logp``). Measured on
+mjlab Cartpole (10 s episodes, the fast recipes, env steps to the target;
+benchmarks/results/overlap.md): balance (N=256, T=4, 5 x 4, seeds 0-7)
+synchronous median 123k, overlapped 102k (0.83x), the whole loop at 0.95 of
+the raw simulator's rate against 0.78 synchronous (11.2 s median to 9.0
+against 17.0 s); swing-up (N=128, T=8, 10 x 8, k = 20: 4 of 8 steps stale,
+seeds 0-15) 98k against 103k (1.05x), 0.91 of raw against 0.65 (17.9 s
+against 24.3 s). With the KL from the acting parameters swing-up needed 1.16x.
+Stale for longer it costs more: at T=16, k=5 (4 of 16 steps stale; 5 x 4,
+FastPPO's orthogonal init, seeds 0-1) 328k / 316k against 197k / 271k; evenly
+spread 393k / 402k.
 
 The schedule is fixed (never timed), so a run is as deterministic as
 synchronous FastPPO. The ratio is taken against the log-probabilities the
