@@ -636,7 +636,8 @@ def summarize(recs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         groups.setdefault((r["task"], _row_tag(r), r["n"]), []).append(r)
     rows = []
     for (task, tag, n), rs in groups.items():
-        rs = sorted(rs, key=lambda r: r["seed"])
+        # a seed run again (the same arm, code and settings) counts once: its latest run
+        rs = sorted({r["seed"]: r for r in rs}.values(), key=lambda r: r["seed"])
         # a run that did not reach the target counts as its cap (an upper bound) in the median
         vals = [r["steps"] if r["steps"] else math.inf for r in rs]
         med = statistics.median(vals) if vals else None
