@@ -366,19 +366,31 @@ def _train(task: str, n: int, seed: int, cls, kw: Dict[str, Any], env_config: Di
                 sps=(curve[-1][0] / (t1 - t_built)) if t1 > t_built else None, curve=curve[::4])
 
 
+def _rsl_rl_runner(task: str, n: int, seed: int, rl_cfg: Any):
+    """mjlab's Cartpole env (10 s episodes) in mjlab's rsl_rl wrapper and mjlab's runner for it,
+    as mjlab's own train script builds them: ``(wrapped env, runner)``."""
+    import dataclasses
+
+    from mjlab.envs import ManagerBasedRlEnv
+    from mjlab.rl import RslRlVecEnvWrapper
+    from mjlab.rl.runner import MjlabOnPolicyRunner
+    from mjlab.tasks.registry import load_env_cfg, load_runner_cls
+
+    env_cfg = load_env_cfg(task)
+    env_cfg.scene.num_envs, env_cfg.seed, env_cfg.episode_length_s = n, seed, EPISODE_S
+    env = RslRlVecEnvWrapper(ManagerBasedRlEnv(env_cfg, device="cpu"), clip_actions=rl_cfg.clip_actions)
+    return env, (load_runner_cls(task) or MjlabOnPolicyRunner)(env, dataclasses.asdict(rl_cfg), None, "cpu")
+
+
 def _rsl_rl_run(task: str, n: int, seed: int, target: float, cap: int,
                 overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """mjlab's runner with the registered config (``overrides``: runner cfg keys such as
     ``num_steps_per_env`` or ``algorithm.num_learning_epochs``, for the part-3 study)."""
     import collections
-    import dataclasses
 
     import torch
     import mjlab.tasks  # noqa: F401
-    from mjlab.envs import ManagerBasedRlEnv
-    from mjlab.rl import RslRlVecEnvWrapper
-    from mjlab.rl.runner import MjlabOnPolicyRunner
-    from mjlab.tasks.registry import load_env_cfg, load_rl_cfg, load_runner_cls
+    from mjlab.tasks.registry import load_rl_cfg
 
     rl_cfg = load_rl_cfg(task)
     rl_cfg.seed = seed
@@ -388,10 +400,7 @@ def _rsl_rl_run(task: str, n: int, seed: int, target: float, cap: int,
         setattr(tgt, path[0] if path else obj, v)
     torch.manual_seed(seed)
     t0 = time.time()
-    env_cfg = load_env_cfg(task)
-    env_cfg.scene.num_envs, env_cfg.seed, env_cfg.episode_length_s = n, seed, EPISODE_S
-    env = RslRlVecEnvWrapper(ManagerBasedRlEnv(env_cfg, device="cpu"), clip_actions=rl_cfg.clip_actions)
-    runner = (load_runner_cls(task) or MjlabOnPolicyRunner)(env, dataclasses.asdict(rl_cfg), None, "cpu")
+    env, runner = _rsl_rl_runner(task, n, seed, rl_cfg)
     t_built = time.time()
     returns: collections.deque = collections.deque(maxlen=100)
     acc = torch.zeros(n)
@@ -539,16 +548,11 @@ def vs(args) -> None:
     process, all learning from scratch, alternating windows of ``--iters`` whole iterations per
     arm in every round; the ratio to rsl_rl is taken within each round (the host's drift cancels)
     and its median over rounds reported. Writes ``results/rsl_parity_vs_<task>.json``."""
-    import dataclasses
-
     import torch
 
     torch.set_num_threads(args.threads)
     import mjlab.tasks  # noqa: F401
-    from mjlab.envs import ManagerBasedRlEnv
-    from mjlab.rl import RslRlVecEnvWrapper
-    from mjlab.rl.runner import MjlabOnPolicyRunner
-    from mjlab.tasks.registry import load_env_cfg, load_rl_cfg, load_runner_cls
+    from mjlab.tasks.registry import load_rl_cfg
 
     from rllib_fast.algorithms.ppo import FastPPOConfig
 
@@ -556,10 +560,7 @@ def vs(args) -> None:
     n = int(args.n)
     rl_cfg = load_rl_cfg(task)
     rl_cfg.seed = 0
-    env_cfg = load_env_cfg(task)
-    env_cfg.scene.num_envs, env_cfg.seed, env_cfg.episode_length_s = n, 0, EPISODE_S
-    renv = RslRlVecEnvWrapper(ManagerBasedRlEnv(env_cfg, device="cpu"), clip_actions=rl_cfg.clip_actions)
-    runner = (load_runner_cls(task) or MjlabOnPolicyRunner)(renv, dataclasses.asdict(rl_cfg), None, "cpu")
+    renv, runner = _rsl_rl_runner(task, n, 0, rl_cfg)
     cls, opt_kw, opt_env = _options_arm(ALL_RSL)
     env_config = {"cfg": {"episode_length_s": EPISODE_S}, **opt_env}
     algos = {}

@@ -180,15 +180,15 @@ def test_a_source_stepping_in_this_process_is_refused_with_the_key():
 
 # -- kl_reference: what the adaptive lr's KL is measured from ---------------------------
 def test_kl_reference_auto_is_update_start_only_when_learning_while_stepping():
-    sync = FastPPOConfig().environment("CartPole", num_envs=8).training(rollout_length=8).debugging(seed=0)
-    assert sync.build_algo().update_rule.settings.kl_reference == "behaviour"
+    sync = FastPPOConfig().environment("CartPole", num_envs=8).training(rollout_length=8).debugging(seed=0).build_algo()
     algo = _config().build_algo()
     try:
+        assert sync.update_rule.settings.kl_reference == "behaviour"
         assert algo.update_rule.settings.kl_reference == "update_start"
     finally:
+        sync.stop()
         algo.stop()
-    for cfg in (HTSPPOConfig().environment("CartPole", num_envs=8), ):   # lagged by design, unchanged
-        assert cfg.kl_reference == "auto"
+    assert HTSPPOConfig().kl_reference == "auto"   # lagged by design: 'auto' keeps its behaviour KL
 
 
 def test_kl_reference_auto_leaves_a_synchronous_run_bit_identical():

@@ -114,13 +114,13 @@ def test_time_out_bootstrap_gae_is_rsl_rl_compute_returns():
     env is the observation its last action was taken from, so FastPPO bootstraps a time-out
     from ``V(s_t)``: rsl_rl's ``reward += gamma * V(s_t) * time_out`` with the recursion cut at
     every done. Terminations (not time-outs) bootstrap nothing in either."""
-    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
     t, n, obs_dim = 24, 6, 5
     obs_td, actor, critic = rsl_models(obs_dim, 1, n)
-    obs = torch.randn(t + 1, n, obs_dim)   # s_0 .. s_T (s_{t+1} is the reset observation where done)
-    rewards = torch.rand(t, n) * 0.05
-    time_out = torch.rand(t, n) < 0.08
-    terminated = (torch.rand(t, n) < 0.05) & ~time_out
+    obs = torch.randn(t + 1, n, obs_dim, generator=gen)   # s_0 .. s_T (s_{t+1}: the reset observation where done)
+    rewards = torch.rand(t, n, generator=gen) * 0.05
+    time_out = torch.rand(t, n, generator=gen) < 0.08
+    terminated = (torch.rand(t, n, generator=gen) < 0.05) & ~time_out
     done = time_out | terminated
     with torch.no_grad():
         values = critic(tensordict.TensorDict({"policy": obs[:t].reshape(t * n, -1)}, batch_size=[t * n]))
