@@ -142,6 +142,7 @@ from .base import Step, TensorVecEnv, canonical_device, check_num_envs, concat_s
 from .workers import (CMD_GET_STATE, CMD_RANDOMIZE_CLOCKS, CMD_RESET, CMD_SET_STATE, CMD_STEP, MakeEnvFn,
                       SharedLayout, WorkerError, WorkerResources, resolve_affinity, spin_acquire, worker_main)
 from ..core.seeding import worker_seed
+from ..core.threads import reserve_cores
 
 #: process start methods a ParallelVecEnv takes (``context``)
 CONTEXTS = ("spawn", "forkserver", "fork")
@@ -286,6 +287,7 @@ class ParallelVecEnv(TensorVecEnv):
             res.cmd_sems.append(cmd_sem)
             res.done_sems.append(done_sem)
             child_conns.append(child_conn)
+        res.cores = reserve_cores(W)   # the learner here keeps the cores the workers leave
         try:
             for p, c in zip(res.procs, child_conns):
                 p.start()

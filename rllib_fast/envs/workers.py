@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .base import TensorVecEnv, canonical_device
+from ..core.threads import CoreReservation
 
 __all__ = ["WorkerError", "MakeEnvFn", "SharedLayout", "WorkerResources", "worker_main",
            "resolve_affinity", "spin_acquire", "CMD_STEP", "CMD_RESET", "CMD_GET_STATE", "CMD_SET_STATE",
@@ -251,8 +252,12 @@ class WorkerResources:
         self.done_sems: List[Any] = []
         self.shm: Optional[shared_memory.SharedMemory] = None
         self.views: Dict[str, np.ndarray] = {}
+        #: the cores the workers keep busy, given back to this process at shutdown
+        self.cores: Optional[CoreReservation] = None
 
     def shutdown(self) -> None:
+        if self.cores is not None:
+            self.cores.release()
         cmd = self.views.get("cmd")
         for w, p in enumerate(self.procs):
             if p.is_alive() and cmd is not None:

@@ -61,6 +61,7 @@ import torch.multiprocessing as mp
 from ...core.seeding import PQL_LEARNER, derive_seed
 from ...core.start_method import resolve_start_method
 from ...core.state import StateAdapter
+from ...core.threads import reserve_cores
 from ...core.transition_replay import replay_bytes
 from .backend import ROLES, PQLBackend
 from .components import CriticLearner, Dims, PolicyLearner, make_critic
@@ -365,6 +366,7 @@ class ProcessBackend(PQLBackend):
         self.conns, self.procs = {}, {}
         self.errors: Dict[str, str] = {}                 # a failed learner's traceback, once read
         ctx = mp.get_context(resolve_start_method(cfg.process_start_method))
+        self.cores = reserve_cores(len(self.ROLES))   # the actor here keeps what the learners leave
         for role in self.ROLES:
             ours, theirs = ctx.Pipe()
             proc = ctx.Process(target=_learner_main, name=f"pql-{role}", daemon=True,
@@ -570,3 +572,4 @@ class ProcessBackend(PQLBackend):
                 proc.join(timeout=5)
             self.conns[role].close()
         self.procs = {}
+        self.cores.release()
