@@ -129,6 +129,12 @@ class EpisodeTracker:
         metrics.log_value(prefix + (NUM_EPISODES_LIFETIME,), self.finished_since_log.clone(),
                           reduce="lifetime_sum")
         self.finished_since_log.zero_()
+        self.log_source_metrics(metrics, prefix)
+
+    def log_source_metrics(self, metrics: Any, prefix: tuple = (ENV_RUNNER_RESULTS,)) -> None:
+        """Log the source's own episode statistics (``episode_metrics()``, see the class
+        docstring) under ``prefix``; ``log_to`` calls it, reports that log returns their own
+        way (the population algorithms) call it directly."""
         if self._source_metrics is not None:
             for key, value in self._source_metrics().items():
                 metrics.log_value(prefix + tuple(key.split("/")), value, window=1)

@@ -161,21 +161,29 @@ def test_humanoid_falls_are_terminations_and_time_limits_truncations():
     env.close()
 
 
-@pytest.mark.parametrize("name", ["FastPPO", "SACN"])
+@pytest.mark.parametrize("name", ["FastPPO", "SACN", "PopPPO"])
 def test_algorithms_use_the_privileged_critic_and_report_reward_terms(name):
     from rllib_fast.algorithms import CONFIGS
 
-    cfg = CONFIGS[name]().environment(GO1, num_envs=4, env_config={"max_episode_steps": 8, "num_threads": 1})
+    env_config = {"max_episode_steps": 8, "num_threads": 1}
+    if name == "PopPPO":   # 2 members x 2 envs on one pool
+        cfg = CONFIGS[name]().environment(GO1, env_config=env_config).training(
+            population_size=2, num_envs_per_member=2, rollout_length=16, num_epochs=1, num_minibatches=2,
+            decorrelate_steps=0, hidden_sizes=[32, 32])
+    else:
+        cfg = CONFIGS[name]().environment(GO1, num_envs=4, env_config=env_config)
     if name == "FastPPO":
         cfg = cfg.training(rollout_length=16, num_epochs=1, num_minibatches=2, decorrelate_steps=0,
                            hidden_sizes=[32, 32])
-    else:
+    elif name == "SACN":
         small = dict(hidden_sizes=[32, 32], batch_size=32, steps_per_iteration=16, learning_starts=32)
         cfg = cfg.training(**{k: v for k, v in small.items() if k in cfg.hyperparameter_spec()})
     algo = cfg.debugging(seed=0).build_algo()
     try:
         if name == "FastPPO":
             assert algo.module.vf[0].in_features == GO1_STATES and algo.module.pi[0].in_features == GO1_OBS
+        elif name == "PopPPO":
+            assert algo.state_dim == GO1_STATES
         else:
             assert algo.dims.state_dim == GO1_STATES
             assert algo.v.replay.data["states"].shape[-1] == GO1_STATES

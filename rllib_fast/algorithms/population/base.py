@@ -330,6 +330,7 @@ class PopulationAlgorithm(FastAlgorithm):
         self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES_LIFETIME), episodes - self.episodes_logged,
                                reduce="lifetime_sum")
         self.episodes_logged = episodes
+        self.tracker.log_source_metrics(self.metrics)   # the source's own (e.g. envpool's reward terms)
         trained = self.trained_env_steps(n_updates)
         self.log_trained_steps(trained)
         self.log_learner("num_updates_lifetime", self.num_updates)
