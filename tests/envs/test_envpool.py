@@ -157,7 +157,7 @@ def test_humanoid_falls_are_terminations_and_time_limits_truncations():
             assert bool((env.last_infos["elapsed_step"][s.truncated.numpy()] == 40).all())
         if bool(s.terminated.any()):
             assert bool((env.last_infos["elapsed_step"][s.terminated.numpy()] < 40).all())
-    assert n_term >= 1 and n_trunc >= 0
+    assert n_term >= 1 and n_trunc >= 1   # seed 0: 11 falls, 1 time-out
     env.close()
 
 
