@@ -111,6 +111,19 @@ def test_go1_groups_and_exact_terminal_observations_against_a_twin():
     env.close(), twin.close()
 
 
+@pytest.mark.parametrize("task, dims", [("G1JoystickFlatTerrain-v1", (103, 216, 29)),
+                                         ("LeapCubeReorient-v1", (57, 128, 16))])
+def test_other_playground_tasks_expose_their_groups(task, dims):
+    env = make(f"envpool:{task}", num_envs=2, seed=0, num_threads=1)
+    validate_env(env)
+    obs_dim, state_dim, act_dim = dims
+    assert env.obs_shape == (obs_dim,) and env.single_state_space.shape == (state_dim,)
+    assert env.single_action_space.shape == (act_dim,) and env.max_episode_steps == 1000
+    s = env.step(torch.zeros(2, act_dim))
+    assert s.extras["states"].shape == (2, state_dim) and torch.equal(env.states, s.extras["states"])
+    env.close()
+
+
 def test_go1_reward_terms_are_per_episode_means_of_envpool_infos():
     n, steps = 2, 9   # episodes of 4 steps: two end per env (steps 4 and 9), step 5 straddles
     env = _go1(n, max_episode_steps=4)
@@ -206,3 +219,36 @@ def test_go1_fastppo_recipe_validates():
     for spec in yaml.safe_load(open(path)).values():
         assert spec["env"] == GO1
         validate_config(resolve_algorithm(spec["run"]), {**spec["config"], "env": spec["env"]})
+
+
+def test_rsl_rl_peer_vecenv_groups_time_outs_and_episodes():
+    """benchmarks/peers/envpool_rsl_rl.py's rsl_rl VecEnv: the groups rsl_rl's obs_groups
+    name, time-outs in extras, long dones, completed episodes without the straddling step."""
+    import importlib.util
+    import os
+
+    pytest.importorskip("rsl_rl")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "peers", "envpool_rsl_rl.py")
+    spec = importlib.util.spec_from_file_location("envpool_rsl_rl", path)
+    peer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peer)
+    n = 2
+    env = peer.EnvpoolRslVecEnv("Go1JoystickFlatTerrain-v1", n, seed=0, num_threads=1, max_episode_steps=4)
+    try:
+        obs = env.get_observations()
+        assert obs["actor"].shape == (n, GO1_OBS) and obs["critic"].shape == (n, GO1_STATES)
+        assert obs["policy"] is obs["actor"] and env.num_actions == 12 and env.max_episode_length == 4
+        rewards = []
+        for t, a in enumerate(_actions(9, n)):
+            obs, rew, dones, extras = env.step(a)
+            assert dones.dtype == torch.long and extras["time_outs"].dtype == torch.bool
+            assert torch.equal(dones.bool(), extras["time_outs"])   # standing-start falls take longer than 4 steps
+            assert bool(dones.all()) == (t in (3, 8)) and bool(env.episode_length_buf.eq(4).all()) == (t in (3, 8))
+            rewards.append(rew)
+        assert [length for _, length in env.finished] == [4] * (2 * n)   # the straddling steps 4 are not counted
+        first = torch.stack(rewards[:4]).sum(0).double()
+        torch.testing.assert_close(torch.tensor([r for r, _ in env.finished[:n]], dtype=torch.float64), first,
+                                   rtol=1e-6, atol=1e-9)
+        assert "reward_terms/tracking_lin_vel" in env.episode_metrics()
+    finally:
+        env.close()
