@@ -53,11 +53,11 @@ if ROOT not in sys.path:
 from rsl_rl.env import VecEnv  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 
+from rllib_fast.envs.envpool import ACTOR_GROUP, CRITIC_GROUP  # noqa: E402  (the pool's group names)
 from rllib_fast.envs.episode_terms import EpisodeTermMeans, info_terms  # noqa: E402
 
 #: mjlab's registered rsl_rl config whose PPO settings the peer trains with
 GO1_RL_CFG = "Mjlab-Velocity-Flat-Unitree-Go1"
-ACTOR_GROUP, CRITIC_GROUP = "state", "privileged_state"
 
 
 class EnvpoolRslVecEnv(VecEnv):
@@ -70,8 +70,8 @@ class EnvpoolRslVecEnv(VecEnv):
         kw = dict(make_kwargs)
         if num_threads is not None:
             kw["num_threads"] = int(num_threads)
-        self.pool = envpool.make(task_id, env_type="gymnasium", num_envs=int(num_envs), batch_size=int(num_envs),
-                                 seed=int(seed) % (2 ** 31), **kw)
+        self.pool = envpool.make(task_id, env_type="gymnasium", num_envs=int(num_envs),
+                                 batch_size=int(num_envs), seed=int(seed) % (2 ** 31), **kw)
         self.task_id = task_id
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
@@ -153,8 +153,9 @@ def go1_ppo_cfg(seed: int) -> Dict[str, Any]:
     return dataclasses.asdict(rl_cfg)
 
 
-def train_go1(task_id: str = "Go1JoystickFlatTerrain-v1", num_envs: int = 64, seed: int = 0, iterations: int = 2,
-              num_threads: Optional[int] = None, time_limit_s: Optional[float] = None) -> List[Dict[str, Any]]:
+def train_go1(task_id: str = "Go1JoystickFlatTerrain-v1", num_envs: int = 64, seed: int = 0,
+              iterations: int = 2, num_threads: Optional[int] = None,
+              time_limit_s: Optional[float] = None) -> List[Dict[str, Any]]:
     """Train rsl_rl's OnPolicyRunner with mjlab's Go1 PPO settings on an envpool task; one curve
     point per iteration: env steps, wall seconds, mean return of the last 100 episodes (None
     before any ended) and the reward-term means of the episodes ended in that iteration."""
@@ -193,7 +194,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--num-threads", type=int, default=None)
     p.add_argument("--time-limit-s", type=float, default=None)
     args = p.parse_args(argv)
-    for point in train_go1(args.task, args.num_envs, args.seed, args.iterations, args.num_threads, args.time_limit_s):
+    curve = train_go1(args.task, args.num_envs, args.seed, args.iterations, args.num_threads, args.time_limit_s)
+    for point in curve:
         print(point, flush=True)
 
 

@@ -2,8 +2,8 @@
 ``core/algorithm.py``): :class:`CheckpointedAlgorithm` implements RLlib's
 ``Checkpointable`` obligations once for every algorithm -- ``get_state`` /
 ``set_state`` (CPU copies of the stateful components, env state, the
-simulator's training state, RNG stream, metrics, the applied lr), the episodes kept from a source that cannot restore
-its own state, the setup record a checkpoint must match and the one-line
+simulator's training state, RNG stream, metrics, the applied lr), the episodes
+kept from a source that cannot restore its own state, the setup record a checkpoint must match and the one-line
 mismatch/read errors, ``save_to_path`` / ``restore_from_path``. Subclasses list
 their parts in ``stateful_components()`` and ``extra_state()``."""
 from __future__ import annotations

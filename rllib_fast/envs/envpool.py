@@ -102,7 +102,8 @@ class _SyncPool:
             extra = [k for k in names if k not in (ACTOR_GROUP, CRITIC_GROUP)]
             if actor is None or extra or any(len(s.shape) != 1 for s in (actor, critic) if s is not None):
                 raise ValueError(f"envpool: dict observation groups {names} are not supported; allowed: "
-                                 f"{ACTOR_GROUP!r} (actor) and optionally {CRITIC_GROUP!r} (critic), flat vectors")
+                                 f"{ACTOR_GROUP!r} (actor) and optionally {CRITIC_GROUP!r} (critic), "
+                                 "flat vectors")
             a = int(actor.shape[0])
             c = 0 if critic is None else int(critic.shape[0])
             self.groups = (a, c)
@@ -152,7 +153,8 @@ class _SyncPool:
 
 
 def _f32_box(space: gym.spaces.Box) -> gym.spaces.Box:
-    return gym.spaces.Box(np.asarray(space.low, np.float32), np.asarray(space.high, np.float32), dtype=np.float32)
+    low, high = np.asarray(space.low, np.float32), np.asarray(space.high, np.float32)
+    return gym.spaces.Box(low, high, dtype=np.float32)
 
 
 class EnvPoolVecEnv(GymVectorEnvAdapter):
@@ -177,7 +179,8 @@ class EnvPoolVecEnv(GymVectorEnvAdapter):
         self._fresh = True
         device = canonical_device(device)
         mes = pool.config.get("max_episode_steps")
-        super().__init__(pool, device=device, seed=None, max_episode_steps=int(mes) if mes is not None else None)
+        super().__init__(pool, device=device, seed=None,
+                         max_episode_steps=int(mes) if mes is not None else None)
         act = self.single_action_space
         if isinstance(act, gym.spaces.Box) and np.dtype(act.dtype) != np.float32:
             # policies emit float32; the bridge still casts actions to the pool's dtype

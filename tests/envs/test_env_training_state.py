@@ -42,7 +42,8 @@ def test_resumed_mjlab_run_continues_its_curriculum(tmp_path):
     # 5-step episodes: every env resets (and mjlab's curriculum terms run) every 5 steps
     env_config = {"cfg": {"episode_length_s": 0.1, "curriculum.command_vel.params.velocity_stages": STAGES}}
     cfg = (FastPPOConfig().environment(GO1, num_envs=2, env_config=env_config)
-           .training(rollout_length=4, num_minibatches=1, num_epochs=1, decorrelate_steps=0, hidden_sizes=[16])
+           .training(rollout_length=4, num_minibatches=1, num_epochs=1, decorrelate_steps=0,
+                     hidden_sizes=[16])
            .debugging(seed=0))
     algo = cfg.build_algo()
     try:

@@ -215,7 +215,8 @@ def test_go1_fastppo_recipe_validates():
 
     from rllib_fast.cli import resolve_algorithm, validate_config
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "tune_configs", "envpool-go1-joystick-fastppo.yaml")
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    path = os.path.join(root, "tune_configs", "envpool-go1-joystick-fastppo.yaml")
     for spec in yaml.safe_load(open(path)).values():
         assert spec["env"] == GO1
         validate_config(resolve_algorithm(spec["run"]), {**spec["config"], "env": spec["env"]})
@@ -242,10 +243,13 @@ def test_rsl_rl_peer_vecenv_groups_time_outs_and_episodes():
         for t, a in enumerate(_actions(9, n)):
             obs, rew, dones, extras = env.step(a)
             assert dones.dtype == torch.long and extras["time_outs"].dtype == torch.bool
-            assert torch.equal(dones.bool(), extras["time_outs"])   # standing-start falls take longer than 4 steps
-            assert bool(dones.all()) == (t in (3, 8)) and bool(env.episode_length_buf.eq(4).all()) == (t in (3, 8))
+            # no fall within 4 steps of a standing start: every done is a time-out
+            assert torch.equal(dones.bool(), extras["time_outs"])
+            assert bool(dones.all()) == (t in (3, 8))
+            assert bool(env.episode_length_buf.eq(4).all()) == (t in (3, 8))
             rewards.append(rew)
-        assert [length for _, length in env.finished] == [4] * (2 * n)   # the straddling steps 4 are not counted
+        # the straddling steps (4) are not counted in the lengths
+        assert [length for _, length in env.finished] == [4] * (2 * n)
         first = torch.stack(rewards[:4]).sum(0).double()
         torch.testing.assert_close(torch.tensor([r for r, _ in env.finished[:n]], dtype=torch.float64), first,
                                    rtol=1e-6, atol=1e-9)
