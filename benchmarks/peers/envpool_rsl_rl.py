@@ -193,7 +193,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--iterations", type=int, default=2)
     p.add_argument("--num-threads", type=int, default=None)
     p.add_argument("--time-limit-s", type=float, default=None)
+    p.add_argument("--torch-threads", type=int, default=None,
+                   help="torch intra-op threads (default: torch's); give both sides of a comparison the same")
     args = p.parse_args(argv)
+    if args.torch_threads is not None:
+        torch.set_num_threads(args.torch_threads)
     curve = train_go1(args.task, args.num_envs, args.seed, args.iterations, args.num_threads, args.time_limit_s)
     for point in curve:
         print(point, flush=True)
