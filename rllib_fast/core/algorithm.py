@@ -119,7 +119,8 @@ class FastAlgorithm(CheckpointedAlgorithm, Evaluation, Algorithm):
             self.env.compile_step(cfg.compile, getattr(cfg, "compile_backend", None))
         if cfg.validate_env_on_setup:
             validate_env(self.env)
-        self.tracker = EpisodeTracker(local_envs, self.device, cfg.metrics_num_episodes_for_smoothing)
+        self.tracker = EpisodeTracker(local_envs, self.device, cfg.metrics_num_episodes_for_smoothing,
+                                      source=self.env)
         self._eval_env: Optional[TensorVecEnv] = None
         #: Optional ``callback(finished_episodes, total_episodes)`` that evaluate() calls at
         #: its host syncs (every 50 steps) and at the end: how `rllib-fast evaluate` draws

@@ -1,9 +1,9 @@
 """What a FastAlgorithm checkpoint holds and how it is restored (split out of
 ``core/algorithm.py``): :class:`CheckpointedAlgorithm` implements RLlib's
 ``Checkpointable`` obligations once for every algorithm -- ``get_state`` /
-``set_state`` (CPU copies of the stateful components, env state, RNG stream,
-metrics, the applied lr), the episodes kept from a source that cannot restore
-its own state, the setup record a checkpoint must match and the one-line
+``set_state`` (CPU copies of the stateful components, env state, the
+simulator's training state, RNG stream, metrics, the applied lr), the episodes
+kept from a source that cannot restore its own state, the setup record a checkpoint must match and the one-line
 mismatch/read errors, ``save_to_path`` / ``restore_from_path``. Subclasses list
 their parts in ``stateful_components()`` and ``extra_state()``."""
 from __future__ import annotations
@@ -89,6 +89,9 @@ class CheckpointedAlgorithm:
             "components": {k: _to_cpu(v.state_dict()) for k, v in self.stateful_components().items()},
             "extra": _to_cpu(self.extra_state()),
             "env": _to_cpu(env_state),
+            # the simulator's own training state (curriculum counters), saved even when the
+            # source cannot save its episodes (TensorVecEnv.get_training_state; None: nothing)
+            "env_training": _to_cpu(self.env.get_training_state()),
             "rng": self.rng_stream.state_dict(),
             "metrics_logger": self.metrics.get_state(),
             "training_iteration": self.training_iteration,
@@ -126,6 +129,8 @@ class CheckpointedAlgorithm:
         else:
             self._keep_live_episodes(live)
             self.on_source_not_restored()
+        if state.get("env_training") is not None:
+            self.env.set_training_state(state["env_training"])
         self.rng_stream.load_state_dict(state["rng"])
         self.metrics.set_state(state["metrics_logger"])
         self._iteration = state["training_iteration"]

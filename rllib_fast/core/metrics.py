@@ -23,8 +23,17 @@ STEP_KEY = NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 
 class EpisodeTracker:
-    def __init__(self, num_envs: int, device: torch.device, window: int = 100):
+    """Episode returns and lengths of ``num_envs`` envs (see the module docstring).
+
+    ``source``: the env, when it reports episode statistics of its own
+    (``episode_metrics() -> {"group/name": float}``, host values, e.g. envpool's
+    per-episode reward terms): ``log_to`` logs them next to the returns, under
+    ``env_runners/<group>/<name>``.
+    """
+
+    def __init__(self, num_envs: int, device: torch.device, window: int = 100, source: Any = None):
         self.window = window
+        self._source_metrics = getattr(source, "episode_metrics", None)
         self.ret = torch.zeros(num_envs, dtype=torch.float64, device=device)
         self.len = torch.zeros(num_envs, dtype=torch.int64, device=device)
         # one spare slot (index `window`) absorbs writes from envs that did not finish
@@ -120,6 +129,15 @@ class EpisodeTracker:
         metrics.log_value(prefix + (NUM_EPISODES_LIFETIME,), self.finished_since_log.clone(),
                           reduce="lifetime_sum")
         self.finished_since_log.zero_()
+        self.log_source_metrics(metrics, prefix)
+
+    def log_source_metrics(self, metrics: Any, prefix: tuple = (ENV_RUNNER_RESULTS,)) -> None:
+        """Log the source's own episode statistics (``episode_metrics()``, see the class
+        docstring) under ``prefix``; ``log_to`` calls it, reports that log returns their own
+        way (the population algorithms) call it directly."""
+        if self._source_metrics is not None:
+            for key, value in self._source_metrics().items():
+                metrics.log_value(prefix + tuple(key.split("/")), value, window=1)
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
         return {k: getattr(self, k).detach().cpu().clone() for k in

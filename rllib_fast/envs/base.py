@@ -28,6 +28,9 @@ Contract (drawn in ``docs/architecture.md``):
   - ``extras``: optional dict of extra device tensors (e.g. ``true_objective``).
 
 Optional: ``get_state()``/``set_state()`` (exact resume from checkpoints),
+``get_training_state()``/``set_training_state()`` (the simulator's own training
+state, e.g. curriculum counters, saved in every checkpoint), ``episode_metrics()``
+(the source's own per-episode statistics, logged with the returns),
 ``randomize_episode_progress()`` (spread the episode clocks: the on-policy
 start-state decorrelation), ``normalize_obs_hint`` (the task authors' advice on
 observation normalisation) and ``close()``.
@@ -153,6 +156,16 @@ class TensorVecEnv:
 
     def set_state(self, state: Dict[str, Any]) -> None:
         """Inverse of ``get_state``; a no-op for sources that cannot restore."""
+
+    def get_training_state(self) -> Optional[Dict[str, Any]]:
+        """The simulator's own state that training depends on beyond its episodes
+        (curriculum counters: mjlab's ``common_step_counter``), or None: nothing.
+        Checkpoints save it whether or not ``get_state`` can save the episodes, so
+        a resumed run continues its curricula instead of restarting them."""
+        return None
+
+    def set_training_state(self, state: Dict[str, Any]) -> None:
+        """Inverse of ``get_training_state``."""
 
     def close(self) -> None:
         """Release simulator resources."""

@@ -36,6 +36,14 @@ with mjlab's observation group names and exact terminal observations:
 * **observation normalisation advice**: ``env.normalize_obs_hint`` is the task's
   registered rsl_rl config's ``obs_normalization`` (off for Cartpole, on for the
   robots); on-policy algorithms' ``normalize_obs='auto'`` (the default) follows it.
+* **checkpoints**: mjlab's simulator state is not saved (``get_state()`` is None:
+  a restored run keeps the live env's episodes), but its ``common_step_counter``,
+  which schedules its curricula (Go1 velocity: wider command ranges after set step
+  counts), is: ``get_training_state()``, saved in every checkpoint and restored,
+  so a resumed run continues its curriculum instead of restarting it (as mjlab's
+  own rsl_rl runner does). Per-env curriculum state (the rough-terrain tasks'
+  terrain levels) is not saved: a resumed run's envs start from the levels its
+  build gives them.
 * **actions**: mjlab's action space is unbounded. The clip is the value of the
   task's registered rsl_rl config (``clip_actions``); every task bundled with
   mjlab 1.6 leaves it None (rsl_rl then does not clip), and policies here need
@@ -125,6 +133,16 @@ class MjlabVecEnv(IsaacLabVecEnv):
                          critic_group="critic", reset_done=not auto_reset,
                          default_clip_actions=default_clip_actions, use_critic_group=critic_differs(base.cfg))
         self.step_dt = float(base.step_dt)
+
+    def get_training_state(self) -> Dict[str, Any]:
+        """mjlab's ``common_step_counter``: the env steps its curricula are scheduled on
+        (the velocity tasks widen their command ranges at set counts), what mjlab's own
+        rsl_rl runner saves with its checkpoints."""
+        return {"common_step_counter": int(self._base.common_step_counter)}
+
+    def set_training_state(self, state: Dict[str, Any]) -> None:
+        """Restore the counter; mjlab's curriculum terms read it at the next resets."""
+        self._base.common_step_counter = int(state["common_step_counter"])
 
 
 def make_mjlab(task_id: str, num_envs: int = 1, device: Any = "cpu", seed: Optional[int] = None, *,

@@ -77,7 +77,8 @@ class PopulationAlgorithm(FastAlgorithm):
         if env.num_envs != self.K * self.n:
             raise ValueError(f"{type(self).__name__}: env has {env.num_envs} envs; expected population_size * "
                              f"num_envs_per_member = {self.K * self.n}")
-        self.tracker = EpisodeTracker(env.num_envs, self.device, cfg.metrics_num_episodes_for_smoothing)
+        self.tracker = EpisodeTracker(env.num_envs, self.device, cfg.metrics_num_episodes_for_smoothing,
+                                      source=env)
         self.returns = MemberReturns(self.K, self.n, self.device, cfg.fitness_window)
         self.rng = MemberRNG.from_seed(self.seed, self.K, self.device)
         self.host_rng = np.random.default_rng(derive_seed(self.seed, PBT_HOST))  # host-side PBT draws
@@ -329,6 +330,7 @@ class PopulationAlgorithm(FastAlgorithm):
         self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES_LIFETIME), episodes - self.episodes_logged,
                                reduce="lifetime_sum")
         self.episodes_logged = episodes
+        self.tracker.log_source_metrics(self.metrics)   # the source's own (e.g. envpool's reward terms)
         trained = self.trained_env_steps(n_updates)
         self.log_trained_steps(trained)
         self.log_learner("num_updates_lifetime", self.num_updates)
