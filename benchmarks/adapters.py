@@ -241,7 +241,7 @@ def _train_rsl_rl(session: Any, env: Any, runner: Any) -> None:
 
 
 def rsl_rl_mjlab(session: Any, task: str, num_envs: int, episode_length_s: Optional[float] = None,
-                 overrides: Optional[Mapping[str, Any]] = None) -> None:
+                 overrides: Optional[Mapping[str, Any]] = None, device: str = "cpu") -> None:
     """mjlab's own rsl_rl runner with the task's registered settings, built as
     mjlab's train script builds it (``overrides``: runner keys, ``algorithm.x`` too)."""
     import dataclasses
@@ -263,8 +263,8 @@ def rsl_rl_mjlab(session: Any, task: str, num_envs: int, episode_length_s: Optio
     env_cfg.scene.num_envs, env_cfg.seed = num_envs, session.seed
     if episode_length_s:
         env_cfg.episode_length_s = episode_length_s
-    env = RslRlVecEnvWrapper(ManagerBasedRlEnv(env_cfg, device="cpu"), clip_actions=rl_cfg.clip_actions)
-    runner = (load_runner_cls(task) or MjlabOnPolicyRunner)(env, dataclasses.asdict(rl_cfg), None, "cpu")
+    env = RslRlVecEnvWrapper(ManagerBasedRlEnv(env_cfg, device=device), clip_actions=rl_cfg.clip_actions)
+    runner = (load_runner_cls(task) or MjlabOnPolicyRunner)(env, dataclasses.asdict(rl_cfg), None, device)
     session.note(num_steps_per_env=rl_cfg.num_steps_per_env, torch_threads=torch.get_num_threads())
     _train_rsl_rl(session, env, runner)
 
