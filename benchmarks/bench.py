@@ -30,6 +30,7 @@ RESULTS = os.path.join(HERE, "results")
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+import adapters  # noqa: E402
 import protocol  # noqa: E402
 from suites import SUITES, Arm, Suite  # noqa: E402
 
@@ -74,8 +75,6 @@ def merge_run(data: Dict[str, Any], rec: Dict[str, Any]) -> None:
 
 
 def check_evaluation(suite: Suite, arms: Sequence[Arm]) -> None:
-    import adapters
-
     if suite.eval_every_s:
         missing = [a.name for a in arms if a.adapter not in adapters.EVALUATES]
         if missing:
