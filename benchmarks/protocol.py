@@ -78,7 +78,8 @@ class Session:
     ``spec`` keys: ``arm`` (name), ``seed``, ``target`` (success threshold, or None),
     ``budget_s`` (wall-clock cap from process start), ``mode`` (``target``: stop at
     the target; ``fixed``: run the whole budget and record the curve),
-    ``eval_every_s`` (greedy-evaluation cadence, or None), ``params`` (the adapter's).
+    ``eval_every_s`` (greedy-evaluation cadence, or None), ``window_s`` (rate runs: stop
+    that long after the first report, the warm-up), ``params`` (the adapter's).
     """
 
     def __init__(self, spec: Mapping[str, Any], out_path: Optional[str] = None,
@@ -90,6 +91,8 @@ class Session:
         self.budget_s = float(spec.get("budget_s", 60.0))
         self.mode = spec.get("mode", "target")
         self.eval_every_s = spec.get("eval_every_s")
+        self.window_s = spec.get("window_s")
+        self.first_report_t: Optional[float] = None
         self.t0 = process_start_time() if t0 is None else t0
         self.out = open(out_path, "a") if out_path else None
         self.rows: List[Dict[str, Any]] = []
@@ -169,7 +172,10 @@ class Session:
         self.write("point", **row)
         if hit and self.reached is None:
             self.reached = self.write("reached", **{k: row[k] for k in ("t", "train_s", "steps", "ret", "cpu_s")})
-        self.done = (self.reached is not None and self.mode == "target") or t >= self.budget_s
+        if self.first_report_t is None:
+            self.first_report_t = t
+        window_done = bool(self.window_s) and t - self.first_report_t >= float(self.window_s)
+        self.done = (self.reached is not None and self.mode == "target") or t >= self.budget_s or window_done
         return self.done
 
     # -- evaluation ----------------------------------------------------------
