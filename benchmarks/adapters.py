@@ -423,26 +423,31 @@ def tune_pbt(session: Any, path: str, trials: int = 4, interval: int = 8, ray_cp
     config["seed"] = tune.grid_search([100 * session.seed + i for i in range(trials)])
     rf_session.init_ray(num_cpus=ray_cpus)
     storage = tempfile.mkdtemp(prefix="bench_pbt_")
-    steps: Dict[str, float] = {}
 
     class Watch(tune.Stopper):
-        done = False
+        """Tune's driver calls it with every trial result; it reports to the session.
+        Tune pickles the run config, so the session (an open file) stays out of the state."""
+
+        def __init__(self, session):
+            self.session, self.steps, self.done = session, {}, False
 
         def __call__(self, trial_id, result):
             er = result.get("env_runners") or {}
-            steps[trial_id] = steps.get(trial_id, 0.0) + float(er.get("num_env_steps_sampled") or 0)
+            self.steps[trial_id] = self.steps.get(trial_id, 0.0) + float(er.get("num_env_steps_sampled") or 0)
             ret = _finite(er.get("episode_return_mean"))
-            if ret is not None:
-                session.windows.pop(trial_id, None)
-                groups = {trial_id: [ret] * 100}
-            else:
-                groups = {}
-            if not Watch.done and session.report(sum(steps.values()), groups):
-                Watch.done = True
+            groups = {}
+            if ret is not None:   # the trial's own last-100 mean stands for its window
+                self.session.reset_group(trial_id)
+                groups[trial_id] = [ret] * 100
+            if not self.done and self.session.report(sum(self.steps.values()), groups):
+                self.done = True
             return False
 
         def stop_all(self):
-            return Watch.done
+            return self.done
+
+        def __getstate__(self):
+            return {k: v for k, v in self.__dict__.items() if k != "session"}
 
     trainable = tune.with_resources(get_trainable_cls(cls.__name__), {"cpu": ray_cpus / trials})
     session.training_started()
@@ -451,7 +456,7 @@ def tune_pbt(session: Any, path: str, trials: int = 4, interval: int = 8, ray_cp
                    tune_config=tune.TuneConfig(scheduler=paper_pbt(space_mut, perturbation_interval=interval,
                                                                    metric=None, mode=None),
                                                metric=RETURN_KEY, mode="max", num_samples=1, reuse_actors=True),
-                   run_config=tune.RunConfig(storage_path=storage, stop=Watch(), verbose=0,
+                   run_config=tune.RunConfig(storage_path=storage, stop=Watch(session), verbose=0,
                                              checkpoint_config=tune.CheckpointConfig(
                                                  checkpoint_frequency=interval))).fit()
     finally:

@@ -42,7 +42,7 @@ def make_spec(suite: Suite, arm: Arm, seed: int, budget_s: Optional[float] = Non
     """The child's spec for one (arm, seed) of a suite."""
     return dict(arm=arm.name, adapter=arm.adapter, params=arm.params, seed=seed, target=suite.target,
                 budget_s=float(budget_s or suite.budget_s), mode=suite.mode, threads=arm.threads,
-                eval_every_s=suite.eval_every_s, **extra)
+                eval_every_s=suite.eval_every_s, window_s=suite.window_s, **extra)
 
 
 def commit() -> str:
@@ -268,9 +268,9 @@ def arm_rows(data: Dict[str, Any]) -> List[Dict[str, Any]]:
             c = (p or {}).get("cpu_s") if p else None
             cores.append(c / p["t"] if c and p["t"] else r.get("cores"))
             final.append(final_return(r))
-            last = r["points"][-1] if r["points"] else None
-            if last and last["t"] > 0:
-                sps.append(last["steps"] / last["t"])
+            pts = r["points"]
+            if len(pts) > 1 and pts[-1]["t"] > pts[0]["t"]:   # after the first report (warm-up)
+                sps.append((pts[-1]["steps"] - pts[0]["steps"]) / (pts[-1]["t"] - pts[0]["t"]))
             evals.append(r.get("eval_s") or 0.0)
             if r.get("startup_s") is not None:
                 startup.append(r["startup_s"])

@@ -35,6 +35,7 @@ class Suite:
     eval_every_s: Optional[float] = None
     probe: Dict[str, Any] = field(default_factory=dict)   # the machine line's simulator probe
     reference: Optional[str] = None    # fixed mode: the arm whose final return sets the bar
+    window_s: Optional[float] = None   # rate suites: stop this long after the first (warm-up) report
 
 
 MJLAB_EPISODE_S = 10.0
@@ -139,7 +140,7 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
         Arm("fastdqn-cartpole-64", "rllib_fast_config", dict(algo="FastDQN", env="CartPole", num_envs=64),
             threads=1),
         rsl_mjlab("Mjlab-Cartpole-Balance", 256)],
-          mode="fixed", budget_s=60, seeds=(100,), probe=MJ_PROBE),
+          mode="fixed", budget_s=300, window_s=30, seeds=(100,), probe=MJ_PROBE),
     # the harness's own checks (tests/test_bench_harness.py): a known curve
     Suite("fake", "Fake arms with a known curve (the harness's tests)", [
         Arm("fake", "fake", dict(ramp_s=1.0, top=10.0)),
