@@ -299,9 +299,10 @@ class _Stop(Exception):
 
 def rl_games(session: Any, config: str, num_actors: Optional[int] = None) -> None:
     """rl_games' runner with one of its shipped configs (``configs/mujoco/*.yaml``
-    inside the installed package). Per-episode returns come from an algo observer
-    that reads the algorithm's running returns at the done indices, in the step
-    where rl_games itself records them (before it zeroes them)."""
+    inside the installed package), run on the CPU (its device set to ``cpu`` and its
+    CUDA mixed precision off; nothing else changed). Per-episode returns come from
+    an algo observer that reads the algorithm's running returns at the done indices,
+    in the step where rl_games itself records them (before it zeroes them)."""
     import rl_games
     import torch
     import yaml
@@ -317,6 +318,9 @@ def rl_games(session: Any, config: str, num_actors: Optional[int] = None) -> Non
     if num_actors:
         params["config"]["num_actors"] = num_actors
     params["config"]["max_epochs"] = 10 ** 9
+    params["config"].pop("max_frames", None)
+    # a CPU run: rl_games defaults to cuda:0, and its mixed precision is CUDA autocast
+    params["config"].update(device="cpu", device_name="cpu", mixed_precision=False)
     train_dir = tempfile.mkdtemp(prefix="bench_rl_games_")
     params["config"]["train_dir"] = train_dir
 

@@ -320,7 +320,9 @@ def run_child(spec: Dict[str, Any], logdir: str, grace_s: float = 60.0, verbose:
                 pass
             proc.wait()
     rec = summarize(parse_rows(out_path))
-    if killed:
+    if killed and rec["end"] is not None:
+        rec["killed_after_end"] = True   # hung while exiting: the run itself had ended
+    elif killed:
         rec["status"] = "killed"
     elif rec["end"] is None:
         rec["status"] = f"crashed (rc={proc.returncode})"
