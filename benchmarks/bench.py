@@ -88,7 +88,7 @@ def run_suite(suite: Suite, seeds: Sequence[int], arms: Sequence[Arm], out_dir: 
     path = os.path.join(out_dir, suite.name + ".json")
     data = load_results(path)
     data.update(suite=suite.name, title=suite.title, protocol=protocol.PROTOCOL, target=suite.target,
-                mode=suite.mode, reference=suite.reference)
+                mode=suite.mode, reference=suite.reference, peer=suite.peer)
     if machine:
         data["machine"] = machine
     logdir = logdir or tempfile.mkdtemp(prefix=f"bench_{suite.name}_")
@@ -261,8 +261,9 @@ def arm_rows(data: Dict[str, Any]) -> List[Dict[str, Any]]:
         t, train, steps, cores, final, sps, evals, startup = [], [], [], [], [], [], [], []
         for r in runs:
             p = first_at(r, goal) if goal is not None else None
-            t.append(p["t"] if p else INF)
-            train.append(p["train_s"] if p else INF)
+            if goal is not None:   # a rate suite has no bar: no times
+                t.append(p["t"] if p else INF)
+                train.append(p["train_s"] if p else INF)
             if p:
                 steps.append(p["steps"])
             c = (p or {}).get("cpu_s") if p else None
@@ -281,32 +282,45 @@ def arm_rows(data: Dict[str, Any]) -> List[Dict[str, Any]]:
     return rows
 
 
+def speedup(peer_t: Optional[float], t: Optional[float]) -> str:
+    """How many times sooner than the peer's best median (a ratio of medians)."""
+    if peer_t is None or t is None or math.isnan(peer_t) or math.isnan(t) or t == INF:
+        return "–"
+    return "–" if peer_t == INF else f"{peer_t / t:.2f}x"
+
+
 def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
     goal = bar(data)
     commits = sorted({r.get("commit", "?") for r in data["runs"]})
     lines = [f"### {data.get('title', data.get('suite'))}", "",
              f"Protocol `{data.get('protocol')}` (docs/benchmarks.md); commit {', '.join(commits)}; "
              f"{fmt_machine(data.get('machine'))}.", ""]
-    if data.get("mode") == "fixed":
+    if data.get("mode") == "fixed" and not data.get("reference"):
+        lines += ["Rates: each arm runs a fixed window after its first report; env-steps/s is the whole loop's "
+                  "rate over it.", ""]
+    elif data.get("mode") == "fixed":
         lines += [f"Fixed wall time: the bar is `{data.get('reference')}`'s median return at the end of its budget "
                   f"({_f(goal, 2)}); time = wall time from process start until the arm's last-100 training mean "
                   f"first reaches it.", ""]
     else:
         lines += [f"Target: last-100 training-episode mean >= {_f(goal, 2)}.", ""]
     rows = arm_rows(data)
-    head = ["arm", "reached", "time to bar, s (median [range])", "training-only s", "env steps at bar",
-            "cores", "final return", "env-steps/s", "eval s", "startup s"]
+    peer = data.get("peer")
+    peer_t = min((median(r["t"]) for r in rows if peer and r["arm"].startswith(peer) and r["t"]), default=None)
+    head = ["arm", "reached", "time to bar, s (median [range])", f"x {peer or 'peer'} (best)", "training-only s",
+            "env steps at bar", "cores", "final return", "env-steps/s", "eval s", "startup s"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         reached_t = [x for x in r["t"] if x < INF]
         lines.append("| " + " | ".join([
-            f"`{r['arm']}`", f"{r['reached']}/{r['n']}", _f(median(r["t"])) + _range(reached_t),
-            _f(median(r["train"])), _f(median(r["steps"]), 0) if r["steps"] else "–",
+            f"`{r['arm']}`", f"{r['reached']}/{r['n']}" if r["t"] else "–", _f(median(r["t"])) + _range(reached_t),
+            speedup(peer_t, median(r["t"]) if r["t"] else None), _f(median(r["train"])), _f(median(r["steps"]), 0) if r["steps"] else "–",
             _f(median(r["cores"]), 2) + _range(r["cores"], 2), _f(median(r["final"]), 2),
             _f(median(r["sps"]), 0), _f(median(r["eval_s"])), _f(median(r["startup"]))]) + " |")
     lines += ["", f"Seeds: {sorted({s for r in rows for s in r['seeds']})}. An unreached seed counts as not reached "
               "(+inf) in the median; ranges are over the seeds that reached. Cores = CPU seconds of the arm's "
-              "whole process tree / wall time, to the bar (over the run when not reached)."]
+              "whole process tree / wall time, to the bar (over the run when not reached). "
+              f"`x {peer or 'peer'} (best)` = the best median time of the `{peer}*` arms / this arm's median time."]
     bad = [f"`{r['arm']}`: {', '.join(s for s in r['status'] if s != 'ok')}" for r in rows if r["status"] != ["ok"]]
     if bad:
         lines += ["", "Runs that did not end cleanly: " + "; ".join(bad) + "."]
@@ -348,8 +362,11 @@ def plot(data: Dict[str, Any], path: str) -> None:
 
 def write_report(suite: Suite, data: Dict[str, Any], out_dir: str) -> str:
     md = os.path.join(out_dir, suite.name + ".md")
+    for key in ("peer", "reference", "window_s"):
+        data.setdefault(key, getattr(suite, key))
     with open(md, "w") as f:
-        f.write(report(data, {a.name: a.what for a in suite.arms}))
+        ran = {r["arm"] for r in data["runs"]}
+        f.write(report(data, {a.name: a.what for a in suite.arms if a.name in ran}))
     try:
         plot(data, os.path.join(out_dir, suite.name + ".png"))
     except ImportError:

@@ -36,6 +36,7 @@ class Suite:
     probe: Dict[str, Any] = field(default_factory=dict)   # the machine line's simulator probe
     reference: Optional[str] = None    # fixed mode: the arm whose final return sets the bar
     window_s: Optional[float] = None   # rate suites: stop this long after the first (warm-up) report
+    peer: Optional[str] = None         # arms named with this prefix: the peer; its best median is the ratio's base
 
 
 MJLAB_EPISODE_S = 10.0
@@ -80,18 +81,18 @@ def pql_arms(task: str) -> List[Arm]:
 
 SUITES: Dict[str, Suite] = {s.name: s for s in [
     Suite("mjlab-balance", "mjlab Cartpole Balance (10 s episodes): shipped recipe vs rsl_rl",
-          recipe_arms("balance", "Mjlab-Cartpole-Balance"), target=9.0, budget_s=300, probe=MJ_PROBE),
+          recipe_arms("balance", "Mjlab-Cartpole-Balance"), target=9.0, budget_s=300, probe=MJ_PROBE, peer="rsl_rl"),
     Suite("mjlab-swingup", "mjlab Cartpole Swing-up (10 s episodes): shipped recipe vs rsl_rl",
           recipe_arms("swingup", "Mjlab-Cartpole-Swingup"), target=8.0, budget_s=400,
-          probe=dict(MJ_PROBE, task="Mjlab-Cartpole-Swingup")),
+          probe=dict(MJ_PROBE, task="Mjlab-Cartpole-Swingup"), peer="rsl_rl"),
     Suite("pql-balance", "mjlab Cartpole Balance: PQL, DDPG(n), SAC(n), single-file TD3 vs rsl_rl",
-          pql_arms("Mjlab-Cartpole-Balance"), target=9.0, budget_s=400, probe=MJ_PROBE),
+          pql_arms("Mjlab-Cartpole-Balance"), target=9.0, budget_s=400, probe=MJ_PROBE, peer="rsl_rl"),
     Suite("pop-balance", "mjlab Cartpole Balance: PopPPO K=4 and Tune PBT over 4 FastPPO trials vs one rsl_rl run", [
         Arm("pop_ppo-4", "rllib_fast_file", dict(path="tune_configs/pop-ppo-mjlab-cartpole-balance.yaml"),
             what="PopPPO, 4 members x 64 envs on one simulator; best member's own last-100 window"),
         Arm("tune-pbt-4", "tune_pbt", dict(path="tune_configs/mjlab-cartpole-balance-fastppo.yaml"),
             what="Tune PBT over 4 FastPPO trials (paper_pbt, every 8 iterations), 2 Ray CPUs"),
-        rsl_mjlab("Mjlab-Cartpole-Balance", 256)], target=9.0, budget_s=600, probe=MJ_PROBE),
+        rsl_mjlab("Mjlab-Cartpole-Balance", 256)], target=9.0, budget_s=600, probe=MJ_PROBE, peer="rsl_rl"),
     Suite("cartpole-ppo", "Built-in CartPole: FastPPO vs RLlib PPO vs the single-file PPO", [
         Arm("fastppo-64", "rllib_fast_config", dict(algo="FastPPO", env="CartPole", num_envs=64),
             what="FastPPO's defaults, our batched torch CartPole, N=64"),
@@ -105,7 +106,7 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
                                                       num_steps=64, epochs=5, minibatches=4, lr=1e-3,
                                                       kl_target=0.01),
             what="framework-free PPO (benchmarks/single_file_ppo.py), FastPPO's schedule, N=64")],
-          target=475.0, budget_s=180, probe=dict(kind="builtin", env="CartPole", num_envs=64)),
+          target=475.0, budget_s=180, probe=dict(kind="builtin", env="CartPole", num_envs=64), peer="rllib-ppo"),
     Suite("go1", "envpool Go1 joystick (flat): return reached in 20 minutes, then time to it", [
         Arm("rsl_rl-256", "rsl_rl_envpool", dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=256,
                                                  mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1"),
@@ -113,7 +114,7 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
         Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml")),
         Arm("pql", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pql.yaml")),
         Arm("pop_ppo-4", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pop-ppo.yaml"))],
-          mode="fixed", budget_s=1200, reference="rsl_rl-256",
+          mode="fixed", budget_s=1200, reference="rsl_rl-256", peer="rsl_rl",
           probe=dict(kind="envpool", task="Go1JoystickFlatTerrain-v1", num_envs=64)),
     Suite("ant", "envpool Ant-v4: return reached in 20 minutes, then time to it", [
         Arm("rl_games-ppo", "rl_games", dict(config="configs/mujoco/ant_envpool.yaml"),
@@ -122,14 +123,14 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
             what="rl_games 1.6.5 SAC, its own sac_ant_envpool.yaml"),
         Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-ant-fastppo.yaml")),
         Arm("pql", "rllib_fast_file", dict(path="tune_configs/envpool-ant-pql.yaml"))],
-          mode="fixed", budget_s=1200, reference="rl_games-ppo",
+          mode="fixed", budget_s=1200, reference="rl_games-ppo", peer="rl_games",
           probe=dict(kind="envpool", task="Ant-v4", num_envs=64)),
     Suite("humanoid", "envpool Humanoid-v4: return reached in 20 minutes, then time to it", [
         Arm("rl_games-ppo", "rl_games", dict(config="configs/mujoco/humanoid_envpool.yaml"),
             what="rl_games 1.6.5 PPO, its own humanoid_envpool.yaml"),
         Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-humanoid-fastppo.yaml")),
         Arm("pql", "rllib_fast_file", dict(path="tune_configs/envpool-humanoid-pql.yaml"))],
-          mode="fixed", budget_s=1200, reference="rl_games-ppo",
+          mode="fixed", budget_s=1200, reference="rl_games-ppo", peer="rl_games",
           probe=dict(kind="envpool", task="Humanoid-v4", num_envs=64)),
     Suite("rates", "Whole-loop env-steps/s over a fixed window (samplers, learners, sources)", [
         Arm("fastppo-cartpole-4096", "rllib_fast_config",
