@@ -326,16 +326,17 @@ def rl_games(session: Any, config: str, num_actors: Optional[int] = None) -> Non
 
     class Observer(AlgoObserver):
         def after_init(self, algo):
-            self.algo, self.pending = algo, []
+            self.algo, self.pending, self.steps = algo, [], 0
 
-        def process_infos(self, infos, done_indices):
+        def process_infos(self, infos, done_indices):   # once per vector step, both PPO and SAC
+            self.steps += self.algo.num_actors
             if len(done_indices):
                 self.pending.append(self.algo.current_rewards[done_indices].reshape(-1).clone())
 
         def after_print_stats(self, frame, epoch_num, total_time):
             rets = torch.cat(self.pending).tolist() if self.pending else []
             self.pending = []
-            if session.report(int(frame), rets):
+            if session.report(self.steps, rets, lib_frame=int(frame)):
                 raise _Stop
 
     runner = Runner(algo_observer=Observer())
