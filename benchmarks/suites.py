@@ -22,6 +22,14 @@ class Arm:
     threads: Optional[int] = None
     what: str = ""                     # one line for the table's legend
 
+    def __post_init__(self):
+        if not self.what:   # say what it runs: the file, or the algorithm and its env
+            p = self.params
+            self.what = (f"`{p['path']}`" if "path" in p else
+                         f"{p.get('algo', self.adapter)} on {p.get('env', p.get('task', '?'))}, N={p.get('num_envs')}"
+                         + (f", {', '.join(f'{k}={v}' for k, v in p.items() if k not in ('algo', 'env', 'num_envs', 'env_config'))}"
+                            if len(p) > 3 else ""))
+
 
 @dataclass
 class Suite:
@@ -147,8 +155,13 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
         Arm("fastppo-mjlab-256", "rllib_fast_config",
             dict(algo="FastPPO", env="mjlab:Mjlab-Cartpole-Balance", num_envs=256, rollout_length=32,
                  env_config={"cfg": {"episode_length_s": MJLAB_EPISODE_S}}), threads=1),
+        Arm("fastppo-cartpole-4096-2learners", "rllib_fast_config",
+            dict(algo="FastPPO", env="CartPole", num_envs=4096, rollout_length=8, num_learners=2), threads=1,
+            what="the same over 2 data-parallel learners (one process each)"),
         Arm("fastdqn-cartpole-64", "rllib_fast_config", dict(algo="FastDQN", env="CartPole", num_envs=64),
             threads=1),
+        Arm("fasta2c-minatar-breakout-64", "rllib_fast_config",
+            dict(algo="FastA2C", env="minatar:breakout", num_envs=64), threads=1),
         rsl_mjlab("Mjlab-Cartpole-Balance", 256)],
           mode="fixed", budget_s=300, window_s=30, seeds=(100,), probe=MJ_PROBE),
     # the harness's own checks (tests/test_bench_harness.py): a known curve
