@@ -511,5 +511,5 @@ def fake(session: Any, ramp_s: float = 1.0, top: float = 10.0, step_s: float = 0
         for p in helpers:
             p.terminate()
             p.join()
-        own = os.times()
-        session.note(own_cpu_s=own.user + own.system)   # this process alone: the tree's share it carries
+        own = os.times()   # this process alone, next to the harness's reading of the whole tree
+        session.note(own_cpu_s=own.user + own.system, tree_cpu_s=session.cpu_s(force=True))

@@ -52,21 +52,40 @@ def process_start_time(pid: Optional[int] = None) -> float:
         return psutil.Process(pid or os.getpid()).create_time()
 
 
-def tree_cpu_s(pid: Optional[int] = None) -> float:
-    """User+system CPU seconds of process ``pid`` and its whole tree: itself, every
-    live descendant, and every child already reaped (the kernel's children_* times,
-    which carry the times of reaped grandchildren too)."""
-    import psutil
+class TreeCpu:
+    """User+system CPU seconds of a process and its whole tree, as a non-decreasing
+    count: the process itself, every descendant it has seen (each at the most CPU
+    it was seen with, so one that exits, e.g. a Ray worker at shutdown, keeps its
+    share), and the children it reaped (the kernel's children_* times, which carry
+    reaped grandchildren too), whichever of the two ways of adding them up is larger."""
 
-    root = psutil.Process(pid or os.getpid())
-    total = 0.0
-    for p in [root, *root.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
-        except psutil.Error:
-            pass
-    return total
+    def __init__(self, pid: Optional[int] = None):
+        self.pid = pid or os.getpid()
+        self.seen: Dict[tuple, float] = {}
+        self.last = 0.0
+
+    def __call__(self) -> float:
+        import psutil
+
+        root = psutil.Process(self.pid)
+        t = root.cpu_times()
+        own, reaped, live = t.user + t.system, t.children_user + t.children_system, 0.0
+        for p in root.children(recursive=True):
+            try:
+                c = p.cpu_times()
+                v = c.user + c.system + c.children_user + c.children_system
+                key = (p.pid, p.create_time())
+            except psutil.Error:
+                continue
+            self.seen[key] = max(self.seen.get(key, 0.0), v)
+            live += v
+        self.last = max(self.last, own + sum(self.seen.values()), own + reaped + live)
+        return self.last
+
+
+def tree_cpu_s(pid: Optional[int] = None) -> float:
+    """One reading of ``TreeCpu`` (a process tree's CPU seconds now)."""
+    return TreeCpu(pid)()
 
 
 Returns = Union[None, Sequence[float], Mapping[str, Sequence[float]]]
@@ -104,6 +123,7 @@ class Session:
         self.last_eval_t: Optional[float] = None
         self.last_cpu_t = -math.inf
         self.last_cpu = 0.0
+        self.tree_cpu = TreeCpu()
         self.reached: Optional[Dict[str, Any]] = None
         self.done = False
 
@@ -124,7 +144,7 @@ class Session:
 
     def cpu_s(self, force: bool = False) -> float:
         if force or self.now() - self.last_cpu_t >= CPU_SAMPLE_S:
-            self.last_cpu, self.last_cpu_t = tree_cpu_s(), self.now()
+            self.last_cpu, self.last_cpu_t = self.tree_cpu(), self.now()
         return self.last_cpu
 
     # -- rows ----------------------------------------------------------------

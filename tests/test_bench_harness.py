@@ -64,14 +64,14 @@ def test_cores_of_a_two_process_arm_count_both_processes(bench, tmp_path):
     # the arm's main process and one helper both burn CPU for the whole budget
     rec = _run(bench, tmp_path, "fake-2proc", budget_s=2.5)
     assert rec["status"] == "ok" and rec["reached"] is None
-    tree = rec["end"]["cpu_s"]
-    own = rec["notes"]["own_cpu_s"]
+    tree, own = rec["notes"]["tree_cpu_s"], rec["notes"]["own_cpu_s"]   # read at the same moment
     # the tree's CPU is the main process's plus the helper's, which burns as long: about 2x
-    assert 1.5 <= tree / own <= 2.6
-    assert rec["cores"] == pytest.approx(tree / rec["end"]["t"])
+    assert 1.5 <= tree / own <= 2.6, (tree, own)
+    assert rec["cores"] == pytest.approx(rec["end"]["cpu_s"] / rec["end"]["t"])
+    assert rec["end"]["cpu_s"] >= tree
     one = _run(bench, tmp_path / "one", "fake-2proc", budget_s=2.5,
                params=dict(ramp_s=100.0, burn=True, helper_processes=0, step_s=0.1))
-    assert one["end"]["cpu_s"] / one["notes"]["own_cpu_s"] <= 1.2
+    assert one["notes"]["tree_cpu_s"] / one["notes"]["own_cpu_s"] <= 1.1
 
 
 def test_unreached_seed_counts_as_not_reached_in_the_median(bench):
