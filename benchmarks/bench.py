@@ -391,6 +391,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--seeds", default=None, help="e.g. 100-104 or 100,102 (default: the suite's, 100-104)")
     p.add_argument("--arms", default=None, help="comma list of arm names (default: all)")
     p.add_argument("--budget", type=float, default=None, help="wall-clock cap per run, s (default: the suite's)")
+    p.add_argument("--eval-every", type=float, default=None, metavar="S",
+                   help="greedy evaluation of every arm every S seconds, on the clock (default: the suite's)")
     p.add_argument("--out", default=RESULTS, help="results folder (default benchmarks/results)")
     p.add_argument("--logdir", default=None, help="child logs (default: a temp folder)")
     p.add_argument("--report-only", action="store_true", help="rewrite OUT/SUITE.md and .png from OUT/SUITE.json")
@@ -412,6 +414,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.suite not in SUITES:
         p.error(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
     suite = SUITES[args.suite]
+    if args.eval_every is not None:
+        import dataclasses
+
+        suite = dataclasses.replace(suite, eval_every_s=args.eval_every or None)
     if args.machine:
         print(fmt_machine(machine_line(suite)))
         return 0
