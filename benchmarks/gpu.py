@@ -18,9 +18,8 @@ on. Parts, in order:
                component on the one GPU; achieved beta ratios
   population   PopTD3 with K = 8/16/64 members stacked vs one member
   hts          HTSPPO vs synchronous FastPPO over the sync interval alpha
-  mjlab        FastPPO vs rsl_rl on mjlab's Go1 velocity task (N = 4,096) when
-               mjlab is installed: through benchmarks/mjlab.py's gpu_kit(device,
-               num_envs, seconds) when that exists, else FastPPO's side alone
+  mjlab        FastPPO (tune_configs/mjlab-go1-flat-fastppo.yaml) vs rsl_rl's mjlab
+               runner on mjlab's Go1 velocity task (N = 4,096) when mjlab is installed
 
 Writes gpu.md and gpu.json (device name, torch/CUDA versions, every figure).
 
@@ -29,10 +28,10 @@ Writes gpu.md and gpu.json (device name, torch/CUDA versions, every figure).
     python benchmarks/gpu.py --dry-run            # list what would run (any machine)
     python benchmarks/gpu.py --device cpu --quick --tiny   # every code path in minutes on a CPU
 
-Arms reuse the other benchmark scripts: the harness (_harness.py: one child per
-arm, time caps, curves), ppo_cartpole.py's FastPPO/single-file arms, pql.py's
-arm for PQL/DDPG(n)/FastPPO, population.py's child, hts.py's measure_sps and
-tests/_resume_worker.py's tiny configs.
+Arms run through the benchmark harness (protocol.py: one child per arm, time
+caps, curves, process-tree cores) with its adapters (adapters.py); the HTS and
+population rates come from gpu_rates.py; the smoke uses tests/_resume_worker.py's
+tiny configs.
 """
 from __future__ import annotations
 
@@ -48,7 +47,6 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,8 +54,8 @@ REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 sys.path.insert(0, HERE)
 sys.path.insert(1, REPO)   # this checkout's rllib_fast (and tests/) before an installed copy
-import _harness as H  # noqa: E402
-import _report as R  # noqa: E402
+import protocol  # noqa: E402
+import tables as R  # noqa: E402
 
 # PPO settings of the throughput side by side, the same for FastPPO and the single
 # file so that only the implementation differs: horizon 16 at every N (the batch
@@ -129,15 +127,13 @@ def algorithm_names() -> List[str]:
     return list(ALGORITHMS)
 
 
-MJLAB_TASK = "mjlab:Mjlab-Velocity-Flat-Unitree-Go1"
-# rsl_rl's PPO settings of that task (24 steps per env, 5 epochs x 4 minibatches, lr 1e-3)
-MJLAB_PPO = dict(rollout_length=24, num_epochs=5, num_minibatches=4, lr=1e-3)
-
-
-def mjlab_bench() -> bool:
-    """benchmarks/mjlab.py with the kit's entry point ``gpu_kit`` (read, not imported)."""
-    path = os.path.join(HERE, "mjlab.py")
-    return os.path.exists(path) and "def gpu_kit(" in open(path).read()
+MJLAB_TASK = "Mjlab-Velocity-Flat-Unitree-Go1"
+#: FastPPO's side: the shipped Go1 file (rsl_rl's registered settings for the task, mapped)
+GO1_FILE = "tune_configs/mjlab-go1-flat-fastppo.yaml"
+#: the learn part's FastPPO settings at large N (16 steps/env, 4 x 8, lr 1e-3 adaptive at KL 0.01)
+LEARN_PPO = dict(rollout_length=16, num_epochs=4, num_minibatches=8, lr=1e-3, adaptive_lr_kl_target=0.01)
+#: the single file with the same schedule
+LEARN_SINGLE = dict(num_steps=16, epochs=4, minibatches=8, lr=1e-3, kl_target=0.01)
 
 
 def mjlab_status() -> str:
@@ -164,45 +160,6 @@ def _finite(x: Any) -> Optional[float]:
     except (TypeError, ValueError):
         return None
     return None if x != x else x
-
-
-def arm_fastppo_tput(ctx: H.ArmContext, env: str, device: str, **kw: Any) -> None:
-    """FastPPO training iterations at N = ctx.num_envs; the rollout is timed
-    between CUDA synchronisations so 'sampling' is the GPU's real time, not
-    the launch time of asynchronous kernels."""
-    import torch
-
-    from rllib_fast.algorithms.ppo import FastPPOConfig
-
-    n = ctx.num_envs
-    ctx.note(hyperparameters=dict(num_envs=n, **kw), device=device)
-    cfg = (FastPPOConfig().environment(env, num_envs=n, env_device=device).training(**kw)
-           .debugging(seed=ctx.seed))
-    ctx.start_clock()
-    algo = cfg.build_algo()
-    sync = torch.cuda.synchronize if str(algo.device).startswith("cuda") else (lambda: None)
-    ctx.note(device_used=str(algo.device), build_s=ctx.elapsed)
-    steps_per_call = algo.horizon * n
-    orig = algo._rollout
-
-    def timed(*a: Any, **k: Any) -> Any:
-        sync()
-        t = time.perf_counter()
-        out = orig(*a, **k)
-        sync()
-        ctx.sample_s += time.perf_counter() - t
-        ctx.sample_steps += steps_per_call
-        return out
-
-    algo._rollout = timed
-    try:
-        while True:
-            r = algo.train()
-            sync()
-            if ctx.report(r["num_env_steps_sampled_lifetime"], _finite(r["env_runners"].get("episode_return_mean"))):
-                break
-    finally:
-        algo.stop()
 
 
 def call_smoke(device: str, num_envs: int, out_path: str) -> Dict[str, Any]:
@@ -278,7 +235,7 @@ def call_smoke(device: str, num_envs: int, out_path: str) -> Dict[str, Any]:
 def call_hts(alphas: List[int], min_steps: int, mean_ms: float = 1.0) -> Dict[str, Any]:
     """hts.py's measure_sps for HTSPPO and FastPPO over alpha, the
     high-variance (gamma, std = 2 x mean) simulated step time."""
-    import hts
+    import gpu_rates as hts
 
     rows = []
     for alpha in alphas:
@@ -290,25 +247,15 @@ def call_hts(alphas: List[int], min_steps: int, mean_ms: float = 1.0) -> Dict[st
     return {"rows": rows, "mean_step_ms": mean_ms, "variance": "gamma std=2m", "executors": 16}
 
 
-def call_mjlab(device: str, num_envs: int, seconds: float) -> Dict[str, Any]:
-    """benchmarks/mjlab.py's ``gpu_kit(device, num_envs, seconds)`` (FastPPO vs
-    rsl_rl env-steps/s), loaded by path: a module named ``mjlab`` on sys.path
-    would shadow the mjlab package."""
-    import importlib.util
+def call_population(**kwargs: Any) -> Dict[str, Any]:
+    """``gpu_rates.population_update``: a vectorised population's update cost."""
+    import gpu_rates
 
-    why = mjlab_status()
-    if why:
-        return {"skipped": why}
-    spec = importlib.util.spec_from_file_location("rllib_fast_bench_mjlab", os.path.join(HERE, "mjlab.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
-    spec.loader.exec_module(mod)
-    if not hasattr(mod, "gpu_kit"):
-        return {"skipped": "benchmarks/mjlab.py has no gpu_kit(device, num_envs, seconds) entry point"}
-    return dict(mod.gpu_kit(device=device, num_envs=num_envs, seconds=seconds))
+    return gpu_rates.population_update(**kwargs)
 
 
-CALLS: Dict[str, Callable[..., Dict[str, Any]]] = {"smoke": call_smoke, "hts": call_hts, "mjlab": call_mjlab}
+CALLS: Dict[str, Callable[..., Dict[str, Any]]] = {"smoke": call_smoke, "hts": call_hts,
+                                                   "population": call_population}
 
 
 def one_line_error(err: BaseException) -> str:
@@ -348,19 +295,29 @@ class Kit:
         tail = [ln for ln in open(log).read().splitlines() if ln.strip()]
         raise RuntimeError(f"{name} child exited {p.returncode}: {tail[-1] if tail else 'no output'} (log {log})")
 
-    def arm(self, key: str, label: str, fn: str, kwargs: Dict[str, Any], num_envs: int, mode: str,
-            budget_s: float, target: float = 0.0) -> Dict[str, Any]:
-        """One harness arm in its own child (time cap budget + grace)."""
-        arm = H.Arm(key=key, family=key, label=label, fn=fn, kwargs=kwargs, num_envs=num_envs, mode=mode)
+    def arm(self, key: str, label: str, adapter: str, params: Dict[str, Any], num_envs: int, mode: str,
+            budget_s: float, target: float = 0.0, window_s: Optional[float] = None) -> Dict[str, Any]:
+        """One harness arm (``protocol.run_child``) in its own child: ``learn`` stops at
+        ``target``, ``throughput`` after ``window_s`` past its first report (the warm-up
+        iteration), which the rate leaves out; ``budget_s`` caps either."""
         budget_s = max(1.0, min(budget_s, self.left() - 30.0))
-        spec = H.RunSpec(arm=asdict(arm), seed=0, budget_s=budget_s, target=target, threads=self.threads,
-                         throughput_s=self.sz["window_s"])
-        rec = H.run_one(spec, self.logdir, grace_s=60.0)
-        keep = ("key", "label", "status", "error", "num_envs", "tput_overall", "tput_sampling", "tput_iters",
-                "tput_window_s", "reached", "best_return", "final_return", "final_t", "final_steps", "sps_overall",
-                "sps_sampling", "startup_s", "peak_rss_proc_mb", "notes", "log")
-        out = {k: rec.get(k) for k in keep}
-        out["last_point"] = rec["points"][-1] if rec.get("points") else None
+        spec = dict(arm=key, adapter=adapter, params=params, seed=0, budget_s=budget_s, threads=self.threads,
+                    target=target if mode == "learn" else None, mode="target" if mode == "learn" else "fixed",
+                    window_s=(window_s or self.sz["window_s"]) if mode == "throughput" else None)
+        rec = protocol.run_child(spec, self.logdir, grace_s=60.0)
+        pts = rec["points"]
+        rets = [p["ret"] for p in pts if p.get("ret") is not None]
+        a, b = (pts[0], pts[-1]) if len(pts) > 1 else (None, None)
+        out = dict(key=key, label=label, num_envs=num_envs, status=rec["status"],
+                   error=(rec.get("end") or {}).get("error"), reached=rec["reached"],
+                   best_return=max(rets) if rets else None, final_return=rets[-1] if rets else None,
+                   final_t=pts[-1]["t"] if pts else None, final_steps=pts[-1]["steps"] if pts else None,
+                   sps_overall=pts[-1]["steps"] / pts[-1]["t"] if pts and pts[-1]["t"] > 0 else None,
+                   tput_overall=(b["steps"] - a["steps"]) / (b["t"] - a["t"]) if a and b["t"] > a["t"] else None,
+                   tput_sampling=None, tput_iters=len(pts) - 1 if pts else 0,
+                   tput_window_s=b["t"] - a["t"] if a else None, startup_s=rec.get("startup_s"),
+                   cores=rec.get("cores"), notes=rec["notes"], log=rec["log"])
+        out["last_point"] = pts[-1] if pts else None
         return out
 
     # -- parts -------------------------------------------------------------------
@@ -406,37 +363,40 @@ class Kit:
     def part_throughput(self) -> Dict[str, Any]:
         dev, rows = self.args.device, []
         kw = dict(rollout_length=TPUT["T"], num_epochs=TPUT["epochs"], num_minibatches=TPUT["minibatches"],
-                  lr=TPUT["lr"])
-        sf = dict(preset="matched", device=dev, num_steps=TPUT["T"], epochs=TPUT["epochs"],
+                  lr=TPUT["lr"], env_device=dev)
+        sf = dict(script="single_file_ppo", device=dev, num_steps=TPUT["T"], epochs=TPUT["epochs"],
                   minibatches=TPUT["minibatches"], lr=TPUT["lr"])
+        cap = self.sz["tput_cap"]
         for n in self.sz["ns"]:
             for env in ("CartPole", "Pendulum"):
                 rows.append(dict(env=env, impl="FastPPO", **self.arm(
-                    f"fastppo-{env}-{n}", f"FastPPO {env} N={n}", "gpu:arm_fastppo_tput",
-                    dict(env=env, device=dev, **kw), n, "throughput", self.sz["tput_cap"])))
+                    f"fastppo-{env}-{n}", f"FastPPO {env} N={n}", "rllib_fast_config",
+                    dict(algo="FastPPO", env=env, num_envs=n, **kw), n, "throughput", cap)))
             rows.append(dict(env="CartPole", impl="single file", **self.arm(
-                f"single-CartPole-{n}", f"single-file PPO CartPole N={n}", "ppo_cartpole:arm_single_file",
-                dict(num_envs=n, **sf), n, "throughput", self.sz["tput_cap"])))
+                f"single-CartPole-{n}", f"single-file PPO CartPole N={n}", "single_file",
+                dict(env="CartPole", num_envs=n, **sf), n, "throughput", cap)))
         return dict(rows=rows, settings=TPUT, note="the single file is discrete-action only: no Pendulum row")
 
     def part_learn(self) -> Dict[str, Any]:
         dev, n, cap = self.args.device, self.sz["learn_n"], self.sz["learn_s"]
         rows = [
             dict(env="CartPole", target=CARTPOLE_TARGET, **self.arm(
-                f"learn-fastppo-CartPole-{n}", f"FastPPO CartPole N={n}", "ppo_cartpole:arm_fastppo",
-                dict(num_envs=n, preset="learn", env_device=dev), n, "learn", cap, CARTPOLE_TARGET)),
+                f"learn-fastppo-CartPole-{n}", f"FastPPO CartPole N={n}", "rllib_fast_config",
+                dict(algo="FastPPO", env="CartPole", num_envs=n, env_device=dev, **LEARN_PPO), n, "learn", cap,
+                CARTPOLE_TARGET)),
             dict(env="CartPole", target=CARTPOLE_TARGET, **self.arm(
-                f"learn-single-CartPole-{n}", f"single-file PPO CartPole N={n}", "ppo_cartpole:arm_single_file",
-                dict(num_envs=n, preset="learn", device=dev), n, "learn", cap, CARTPOLE_TARGET)),
+                f"learn-single-CartPole-{n}", f"single-file PPO CartPole N={n}", "single_file",
+                dict(script="single_file_ppo", env="CartPole", num_envs=n, device=dev, **LEARN_SINGLE), n, "learn",
+                cap, CARTPOLE_TARGET)),
             dict(env="Pendulum", target=PENDULUM_TARGET, **self.arm(
-                "learn-fastppo-Pendulum", "FastPPO Pendulum (tuned N=64)", "pql:arm_ours",
+                "learn-fastppo-Pendulum", "FastPPO Pendulum (tuned N=64)", "rllib_fast_config",
                 dict(algo="FastPPO", env="Pendulum", env_device=dev), 64, "learn", cap, PENDULUM_TARGET)),
         ]
         if not self.sz.get("learn_pendulum_n", True):   # --quick: the tuned N=64 Pendulum arm only
             return dict(rows=rows)
         rows += [
             dict(env="Pendulum", target=PENDULUM_TARGET, **self.arm(
-                f"learn-fastppo-Pendulum-{n}", f"FastPPO Pendulum N={n}", "pql:arm_ours",
+                f"learn-fastppo-Pendulum-{n}", f"FastPPO Pendulum N={n}", "rllib_fast_config",
                 dict(algo="FastPPO", env="Pendulum", env_device=dev, num_envs=n, rollout_length=16), n, "learn",
                 cap, PENDULUM_TARGET)),
         ]
@@ -448,24 +408,21 @@ class Kit:
         for algo, extra in (("PQL", dict(v_learner_device=dev, p_learner_device=dev)), ("DDPGN", {}),
                             ("FastPPO", dict(rollout_length=16))):
             rows.append(dict(algo=algo, **self.arm(
-                f"pql-{algo}-{n}", f"{algo} Pendulum N={n}", "pql:arm_ours",
+                f"pql-{algo}-{n}", f"{algo} Pendulum N={n}", "rllib_fast_config",
                 dict(algo=algo, env="Pendulum", env_device=dev, num_envs=n, **extra), n, "learn", cap,
                 PENDULUM_TARGET)))
         return dict(rows=rows, layout=f"Actor, V-learner and P-learner threads all on {dev}")
 
     def part_population(self) -> Dict[str, Any]:
-        import population
-
         rows = {}
-        common = ["--hidden", self.sz["pop_hidden"], "--batch", "256", "--reps", str(self.sz["pop_reps"]),
-                  "--budget-steps", str(self.sz["pop_steps"]), "--device", self.args.device]
+        common = dict(hidden=self.sz["pop_hidden"], batch=256, reps=self.sz["pop_reps"],
+                      budget_steps=self.sz["pop_steps"], device=self.args.device)
         for k in self.sz["ks"]:
             if self.left() < 45:
                 rows[str(k)] = {"error": "skipped: kit time budget spent"}
                 continue
             try:
-                rows[str(k)] = population._run_child(["--mode", "vectorised", "--k", str(k), *common],
-                                                     max(30.0, self.left() - 30.0))
+                rows[str(k)] = self.child_call("population", max(30.0, self.left() - 30.0), k=k, **common)
             except Exception as e:  # noqa: BLE001
                 rows[str(k)] = {"error": one_line_error(e)}
         return dict(rows=rows, hidden=self.sz["pop_hidden"], batch=256)
@@ -475,18 +432,22 @@ class Kit:
                                min_steps=self.sz["hts_min"])
 
     def part_mjlab(self) -> Dict[str, Any]:
+        """Go1 flat velocity env-steps/s: rsl_rl's mjlab runner against FastPPO with the
+        shipped Go1 file's settings, each over a fixed window on the kit's device."""
         why = mjlab_status()
         if why:
             return {"skipped": why}
-        n = self.sz["mjlab_n"]
-        if mjlab_bench():
-            return self.child_call("mjlab", self.left() - 30.0, device=self.args.device, num_envs=n,
-                                   seconds=self.sz["mjlab_s"])
-        row = self.arm(f"mjlab-fastppo-{n}", f"FastPPO {MJLAB_TASK} N={n}", "gpu:arm_fastppo_tput",
-                       dict(env=MJLAB_TASK, device=self.args.device, **MJLAB_PPO), n, "throughput",
-                       self.sz["mjlab_s"] + 300.0)   # + Warp compiling its kernels on first use
-        return dict(rows=[dict(env=MJLAB_TASK, impl="FastPPO", **row)], settings=MJLAB_PPO,
-                    note="rsl_rl side not run: benchmarks/mjlab.py has no gpu_kit(device, num_envs, seconds)")
+        n, dev = self.sz["mjlab_n"], self.args.device
+        cap, window = self.sz["mjlab_s"] + 300.0, self.sz["mjlab_s"] / 2   # the cap: + Warp compiling its kernels
+        rows = [dict(env=MJLAB_TASK, impl="rsl_rl", **self.arm(
+                    f"mjlab-rsl_rl-{n}", f"rsl_rl {MJLAB_TASK} N={n}", "rsl_rl_mjlab",
+                    dict(task=MJLAB_TASK, num_envs=n, device=dev), n, "throughput", cap, window_s=window)),
+                dict(env=MJLAB_TASK, impl="FastPPO", **self.arm(
+                    f"mjlab-fastppo-{n}", f"FastPPO {MJLAB_TASK} N={n}", "rllib_fast_file",
+                    dict(path=GO1_FILE, overrides=dict(num_envs=n, env_device=dev), checkpoints=False), n,
+                    "throughput", cap, window_s=window))]
+        return dict(rows=rows, settings=f"{GO1_FILE} / mjlab's registered rsl_rl config",
+                    note="whole-loop env-steps/s after the first iteration")
 
 
 PARTS = [
@@ -582,10 +543,7 @@ def describe(args) -> List[str]:
             lines += [f"  HTSPPO vs FastPPO alpha={a}, {sz['hts_min']} steps" for a in sz["hts_alphas"]]
         elif name == "mjlab":
             why = mjlab_status()
-            lines.append(f"  skipped: {why}" if why else
-                         f"  {MJLAB_TASK} N={sz['mjlab_n']}, " + (
-                             "FastPPO vs rsl_rl (benchmarks/mjlab.py gpu_kit)" if mjlab_bench() else
-                             "FastPPO only (benchmarks/mjlab.py has no gpu_kit: no rsl_rl side)"))
+            lines.append(f"  skipped: {why}" if why else f"  {MJLAB_TASK} N={sz['mjlab_n']}, FastPPO vs rsl_rl")
     return lines
 
 
@@ -706,6 +664,11 @@ def build_report(payload: Dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def save_json(path: str, payload: Any) -> None:
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1, default=str)
+
+
 def merge_payloads(payloads: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Parts of several runs in one report: the kit order, a later run's
     part replacing an earlier one's; the first run's machine description."""
@@ -742,7 +705,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
 
     if args.child_call:
-        H._quiet()
+        import logging
+        import warnings
+
+        warnings.filterwarnings("ignore")
+        for name in ("ray", "ray.rllib", "ray.tune", "ray.data", "rllib_fast"):
+            logging.getLogger(name).setLevel(logging.ERROR)
         res = CALLS[args.child_call](**json.loads(args.kwargs))
         print("RESULT " + json.dumps(res, default=str), flush=True)
         return 0
@@ -750,7 +718,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         merged = merge_payloads([json.load(open(f)) for f in args.merge])
         out_dir = args.out or RESULTS
         os.makedirs(out_dir, exist_ok=True)
-        H.save_json(os.path.join(out_dir, "gpu.json"), merged)
+        save_json(os.path.join(out_dir, "gpu.json"), merged)
         with open(os.path.join(out_dir, "gpu.md"), "w") as f:
             f.write(build_report(merged))
         print(f"merged {len(args.merge)} file(s) into {out_dir}/gpu.md and gpu.json")
@@ -783,7 +751,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     def save() -> None:
         payload["wall_s"] = time.time() - kit.t0
-        H.save_json(os.path.join(out_dir, "gpu.json"), payload)
+        save_json(os.path.join(out_dir, "gpu.json"), payload)
         with open(os.path.join(out_dir, "gpu.md"), "w") as f:
             f.write(build_report(payload))
 

@@ -1,27 +1,24 @@
 #!/usr/bin/env bash
-# Offline install bundle for a lent CUDA machine (Python 3.12, CUDA torch
-# already installed, no package registry, at most 64 MiB carried per call).
+# Offline install bundle for a CUDA machine without internet access (e.g. a
+# cluster's compute nodes): Ray, gymnasium, their dependencies and this
+# repository as wheels, built here where PyPI is reachable, installed there with
+# --no-index. torch and the CUDA libraries never travel: the machine's own CUDA
+# torch stays.
 #
-# Why: such a machine can reach nothing outside itself, so Ray, gymnasium and
-# their dependencies must travel as wheels, and one call carries at most 64 MiB
-# including the working tree. Ray's wheel alone is ~79 MB, so wheels are packed
-# into parts of at most PART_MIB, large ones cut with `split -b`, and an
-# install script in every part puts the pieces back together (checked against
-# SHA-256 sums of the whole wheels) and installs them with --no-index.
+# Wheels are packed into parts of at most PART_MIB (large ones cut with
+# `split -b`, for transfer limits); an install script in every part puts the
+# pieces back together, checks them against SHA-256 sums of the whole wheels and
+# installs them.
 #
 # Usage (here, with PyPI reachable):
 #   bash benchmarks/gpu_bundle.sh                 # download + stage into build/gpu_bundle/part-NN
 #   bash benchmarks/gpu_bundle.sh --mjlab         # also mjlab and its dependencies (large)
-#   bash benchmarks/gpu_bundle.sh --all-deps      # keep wheels of packages the device image already has
+#   bash benchmarks/gpu_bundle.sh --all-deps      # keep wheels of packages the target image already has
 #   bash benchmarks/gpu_bundle.sh stage WHEEL_DIR OUT_DIR   # only pack a folder of files into parts
-# Env: PART_MIB (default 56: 64 MiB minus room for the ~5 MB working tree), OUT (default build/gpu_bundle).
+# Env: PART_MIB (default 56), OUT (default build/gpu_bundle).
 #
-# On the device machine, one call per part (the machine must stay warm between
-# them: it is given back after 30 s idle), the last one also installing and
-# running the quick kit (a session has 15 minutes of device time in all):
-#   mkdir -p /tmp/rf_bundle && cp build/gpu_bundle/part-00/* /tmp/rf_bundle/           (carry build/gpu_bundle/part-00)
-#   cp build/gpu_bundle/part-01/* /tmp/rf_bundle/ && bash /tmp/rf_bundle/install.sh \
-#     && PYTHONUNBUFFERED=1 python3 benchmarks/gpu.py --quick --max-minutes 8 --out $OUT  (carry build/gpu_bundle/part-01)
+# On the CUDA machine: copy every part's files into one folder, then
+#   bash FOLDER/install.sh && python3 benchmarks/gpu.py --quick --out OUT
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -178,21 +175,9 @@ for i in json.load(open(sys.argv[1]))["install"]:
 }
 
 print_commands() {
-  # the last part's call also installs and runs the quick kit: a lent machine has
-  # 15 minutes of device time in all, and every extra call costs a round trip
-  local parts=("$OUT"/part-*) rel last i
   echo
-  echo "On the device machine (device tool 'run'), one call per part, back to back (it stays warm 30 s):"
-  last=$(( ${#parts[@]} - 1 ))
-  for i in "${!parts[@]}"; do
-    rel="${parts[i]#"$REPO"/}"
-    if [ "$i" = 0 ]; then pre="mkdir -p /tmp/rf_bundle && "; else pre=""; fi
-    if [ "$i" = "$last" ]; then
-      post=" && bash /tmp/rf_bundle/install.sh && PYTHONUNBUFFERED=1 python3 benchmarks/gpu.py --quick --max-minutes 8 --out \$OUT"
-    else post=""; fi
-    echo "  carry [\"$rel\"]  command: ${pre}cp $rel/* /tmp/rf_bundle/${post}"
-  done
-  echo "(timeout_s 600 on the last call: install ~1 min + the quick kit capped at 8 min)"
+  echo "On the CUDA machine: copy the files of every part (${OUT#"$REPO"/}/part-*) into one folder, then"
+  echo "  bash FOLDER/install.sh && python3 benchmarks/gpu.py --quick --out OUT"
 }
 
 WITH_MJLAB=0; ALL_DEPS=0
@@ -204,7 +189,7 @@ for a in "$@"; do
   case "$a" in
     --mjlab) WITH_MJLAB=1 ;;
     --all-deps) ALL_DEPS=1 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "unknown argument: $a (allowed: --mjlab, --all-deps, stage WHEEL_DIR OUT_DIR)" >&2; exit 2 ;;
   esac
 done

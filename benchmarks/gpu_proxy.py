@@ -385,7 +385,7 @@ def _fmt(x: Any, nd: int = 0) -> str:
 
 
 def report(rows: Dict[str, Dict[str, Any]], meta: Dict[str, Any]) -> str:
-    from _report import markdown_table
+    from tables import markdown_table
 
     head = ["arm", "task", "eager kernels / it", "compiled kernels / it", "syncs / step", "syncs / update",
             "syncs / epoch", "syncs / it (fixed)", "syncs / it (total)", "updates / it", "env-steps/s eager", "env-steps/s compiled"]

@@ -193,7 +193,8 @@ def train(args: Args, callback: Optional[Callable[[dict], bool]] = None) -> dict
                 finished_ret[t] = ep_ret
                 ep_ret.masked_fill_(done, 0.0)
                 obs = step.obs
-        recent.extend(finished_ret[dones.bool()].tolist())  # the one host read per iteration
+        new_returns = finished_ret[dones.bool()].tolist()  # the one host read per iteration
+        recent.extend(new_returns)
         sample_s += time.perf_counter() - t0
         sample_steps += batch
         env_steps += batch
@@ -246,7 +247,7 @@ def train(args: Args, callback: Optional[Callable[[dict], bool]] = None) -> dict
         wall = time.perf_counter() - t_start
         ret_mean = sum(recent) / len(recent) if recent else float("nan")
         stats = dict(iteration=it, env_steps=env_steps, return_mean=ret_mean, sample_s=sample_s,
-                     sample_steps=sample_steps, wall_s=wall)
+                     sample_steps=sample_steps, wall_s=wall, new_returns=new_returns)
         if callback is not None:
             if callback(stats):
                 break

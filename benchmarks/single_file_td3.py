@@ -300,10 +300,11 @@ def train(args: Args, callback: Optional[Callable[[dict], bool]] = None) -> dict
                 update(updates % args.policy_delay == 0)
 
         if it % args.log_every == 0:
-            recent.extend(finished[ended].tolist())   # the one host read per log_every steps
+            new_returns = finished[ended].tolist()   # the one host read per log_every steps
+            recent.extend(new_returns)
             wall = time.perf_counter() - t_start
             ret_mean = sum(recent) / len(recent) if recent else float("nan")
-            stats = dict(iteration=it, env_steps=env_steps, return_mean=ret_mean, updates=updates,
+            stats = dict(iteration=it, env_steps=env_steps, return_mean=ret_mean, updates=updates, new_returns=new_returns,
                          sample_s=sample_s, wall_s=wall, act=lambda o: actor(normalize(o.reshape(o.shape[0], -1))))
             if callback is not None:
                 if callback(stats):

@@ -1,9 +1,8 @@
 """Loading a benchmark script (``benchmarks/*.py``) as a module in a test.
 
-Why: the scripts are not a package and some names shadow real ones (``mjlab.py``),
-so each is loaded from its file under a name of its own; loading puts
-``benchmarks/`` on ``sys.path`` (the scripts import their shared modules), which is
-undone so other tests see the path they started with."""
+Why: the scripts are not a package, so each is loaded from its file under a name of
+its own; loading puts ``benchmarks/`` on ``sys.path`` (the scripts import their
+shared modules), which is undone so other tests see the path they started with."""
 import importlib.util
 import os
 import sys

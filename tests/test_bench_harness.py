@@ -1,0 +1,128 @@
+"""The benchmark harness itself (benchmarks/protocol.py, benchmarks/bench.py): the clock,
+the success window, the cores column and the median are the protocol of
+docs/benchmarks.md, so they are checked on fake arms whose curve is known.
+
+The assertions are identities of the harness's own bookkeeping (the time to target
+splits into startup, training and evaluation; the tree's CPU is the sum of its
+processes'), so they hold on a loaded machine too.
+"""
+import math
+import time
+import os
+
+import pytest
+
+from tests._benchmarks import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_benchmark("bench.py", "rllib_fast_bench_runner_test")
+
+
+@pytest.fixture(scope="module")
+def protocol(bench):
+    return bench.protocol
+
+
+def _run(bench, tmp_path, arm, **spec):
+    suite = bench.SUITES["fake"]
+    (a,) = [x for x in suite.arms if x.name == arm]
+    s = bench.make_spec(suite, a, 100)
+    s.update(spec)
+    return bench.protocol.run_child(s, str(tmp_path), grace_s=30.0, verbose=False)
+
+
+def test_known_curve_gives_known_time_to_target(bench, tmp_path):
+    # return = 10 * training time / 1 s: the target 5.0 is crossed after 0.5 s of training
+    rec = _run(bench, tmp_path, "fake", budget_s=30.0)
+    assert rec["status"] == "ok"
+    r = rec["reached"]
+    assert r is not None and r["ret"] >= 5.0
+    assert 0.5 <= r["train_s"] <= 0.5 + 0.2          # one 0.05 s step of granularity, with slack
+    # the clock runs from process start: startup (imports, build) is on it
+    assert r["t"] == pytest.approx(rec["startup_s"] + r["train_s"], abs=0.05)
+    assert rec["startup_s"] > 0
+    # the run stopped at the target, and the window held 100 episodes when it counted
+    assert rec["points"][-1]["t"] == r["t"]
+    assert all(p["ret"] is None or p["episodes"] >= 100 for p in rec["points"])
+
+
+def test_greedy_evaluation_is_charged_to_the_clock(bench, tmp_path):
+    rec = _run(bench, tmp_path, "fake", budget_s=30.0, eval_every_s=0.2, params=dict(ramp_s=1.0, top=10.0, eval_s=0.3))
+    r = rec["reached"]
+    assert r is not None and len(rec["evals"]) >= 1
+    assert rec["eval_s"] >= 0.3 * len(rec["evals"]) - 1e-6
+    # the same training time to target, but the evaluations' wall time is on the clock
+    assert 0.5 <= r["train_s"] <= 0.7
+    evals_before = sum(e["eval_s"] for e in rec["evals"] if e["t"] <= r["t"])
+    assert evals_before >= 0.3
+    assert r["t"] == pytest.approx(rec["startup_s"] + r["train_s"] + evals_before, abs=0.05)
+
+
+def test_cores_of_a_two_process_arm_count_both_processes(bench, tmp_path):
+    # the arm's main process and one helper both burn CPU for the whole budget
+    rec = _run(bench, tmp_path, "fake-2proc", budget_s=2.5)
+    assert rec["status"] == "ok" and rec["reached"] is None
+    tree, own = rec["notes"]["tree_cpu_s"], rec["notes"]["own_cpu_s"]   # read at the same moment
+    # the tree's CPU is the main process's plus the helper's, which burns as long: about 2x
+    assert 1.5 <= tree / own <= 2.6, (tree, own)
+    assert rec["cores"] == pytest.approx(rec["end"]["cpu_s"] / rec["end"]["t"])
+    assert rec["end"]["cpu_s"] >= tree
+    one = _run(bench, tmp_path / "one", "fake-2proc", budget_s=2.5,
+               params=dict(ramp_s=100.0, burn=True, helper_processes=0, step_s=0.1))
+    assert one["notes"]["tree_cpu_s"] / one["notes"]["own_cpu_s"] <= 1.1
+
+
+def test_unreached_seed_counts_as_not_reached_in_the_median(bench):
+    def run(seed, t_reach):
+        pts = [dict(t=1.0, train_s=0.5, steps=10, ret=1.0, cpu_s=1.0)]
+        if t_reach is not None:
+            pts.append(dict(t=t_reach, train_s=t_reach - 1, steps=100, ret=9.5, cpu_s=t_reach))
+        return dict(arm="a", seed=seed, points=pts, status="ok", cores=1.0, eval_s=0.0, startup_s=0.5)
+
+    data = dict(mode="target", target=9.0, runs=[run(100, 10.0), run(101, None), run(102, None)])
+    (row,) = bench.arm_rows(data)
+    assert row["reached"] == 1 and row["n"] == 3
+    assert bench.median(row["t"]) == math.inf
+    assert "not reached" in bench.report(data)
+    data["runs"] = [run(100, 10.0), run(101, 20.0), run(102, None)]
+    (row,) = bench.arm_rows(data)
+    assert bench.median(row["t"]) == 20.0
+    # an even count with one unreached seed: the upper middle is +inf
+    assert bench.median([1.0, 2.0, math.inf, math.inf]) == math.inf
+
+
+def test_success_window_needs_100_episodes_and_groups_take_their_own(protocol):
+    s = protocol.Session(dict(arm="x", seed=0, target=5.0, budget_s=100.0), t0=time.time())
+    assert not s.report(10, [9.0] * 99)
+    assert s.metric() is None                      # 99 episodes: no verdict yet
+    assert s.report(20, [9.0])
+    s = protocol.Session(dict(arm="x", seed=0, target=5.0, budget_s=100.0), t0=time.time())
+    s.report(10, {"member_0": [1.0] * 100, "member_1": [4.0] * 60 + [8.0] * 40})
+    assert s.metric() == pytest.approx(0.6 * 4 + 0.4 * 8)   # the best member by its own window
+    s.reset_group("member_1")
+    assert s.metric() == pytest.approx(1.0)
+
+
+def test_results_file_round_trip_and_report(bench, tmp_path):
+    suite = bench.SUITES["fake"]
+    data = bench.run_suite(suite, [100], [a for a in suite.arms if a.name == "fake"], str(tmp_path))
+    assert data["protocol"] == bench.protocol.PROTOCOL and data["runs"][0]["commit"]
+    md = bench.write_report(suite, bench.load_results(str(tmp_path / "fake.json")), str(tmp_path))
+    text = open(md).read()
+    assert "| `fake` | 1/1 |" in text and "last100-train-return" in text
+    assert os.path.exists(tmp_path / "fake.png")
+
+
+def test_every_suite_names_existing_adapters(bench):
+    import ast
+
+    with open(os.path.join(os.path.dirname(bench.__file__), "adapters.py")) as f:
+        defined = {n.name for n in ast.parse(f.read()).body if isinstance(n, ast.FunctionDef)}
+    for suite in bench.SUITES.values():
+        for arm in suite.arms:
+            assert ":" in arm.adapter or arm.adapter in defined, (suite.name, arm.name, arm.adapter)
+        assert len({a.name for a in suite.arms}) == len(suite.arms)
+        if suite.name != "fake" and suite.mode == "target":
+            assert min(suite.seeds) >= 100 and len(suite.seeds) >= 5
