@@ -92,7 +92,7 @@ def child(args) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     t0 = time.perf_counter()
     for a in agents:
-        a.learn(2)
+        a.run_updates(2)
     out["first_update_s"] = time.perf_counter() - t0
     out["compile_time_s"] = agents[0]._fused.compile_time_s
     # min over blocks: robust to load spikes from other processes on a shared machine
@@ -116,7 +116,7 @@ def child(args) -> Dict[str, Any]:
     for _ in range(max(1, steps // 100)):
         for a in agents:
             a._rollout(100)
-            a.learn(100)
+            a.run_updates(100)
     _sync(args.device)
     out["budget_s"] = time.perf_counter() - t0
     out["budget_cpu_s"] = time.process_time() - c0
@@ -153,7 +153,7 @@ def pbt_child(args) -> Dict[str, Any]:
         if reached is None and not math.isnan(r) and r >= args.threshold:
             reached = curve[-1]
             break
-    return {"curve": curve, "reached": reached, "pbt_rounds": algo.pbt_rounds}
+    return {"curve": curve, "reached": reached, "pbt_rounds": algo.pbt.rounds}
 
 
 # ----------------------------------------------------------------------------------------------
