@@ -302,10 +302,6 @@ class OnPolicyConfig(FastConfig):
             return max(1, self.total_batch_size // self.num_envs)
         return self.rollout_length
 
-    def configured_lr(self) -> float:
-        """The learning rate this config prescribes (a batch-size rule may scale ``lr``)."""
-        return self.lr
-
 
 #: env steps the default start-state decorrelation may cost at most (over this learner's envs)
 DECORRELATION_BUDGET = 32_768
@@ -443,9 +439,6 @@ class OnPolicyAlgorithm(FastAlgorithm):
     def reduce_over_learners(self):
         """In-place sum over data-parallel learners, or None for one learner."""
         return self.collectives.sum_
-
-    def configured_lr(self) -> float:
-        return self.config.configured_lr()
 
     def apply_live_hyperparameters(self) -> None:
         super().apply_live_hyperparameters()

@@ -92,9 +92,9 @@ class PopPPO(FastAlgorithm):
 
     def build_learner(self) -> None:
         cfg, env, K = self.config, self.env, self.K
-        self.module = StackedActorCritic(K, self.obs_dim, env.single_action_space, self.hidden_sizes, cfg.activation,
-                                     cfg.init_log_std, cfg.std_mode == "state_dependent", self.state_dim,
-                                     self.normalize_obs).to(self.device)
+        self.module = StackedActorCritic(K, self.obs_dim, env.single_action_space, self.hidden_sizes,
+                                         cfg.activation, cfg.init_log_std, cfg.std_mode == "state_dependent",
+                                         self.state_dim, self.normalize_obs).to(self.device)
         space = env.single_action_space
         if not self.module.discrete:
             self.act_low = torch.as_tensor(space.low, dtype=torch.float32, device=self.device)
