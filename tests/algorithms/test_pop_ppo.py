@@ -192,7 +192,7 @@ def test_a_population_of_two_updates_as_two_fastppo_updates_with_the_members_set
         for a, b in zip(fast.module.parameters(), pop.params):
             b = b[k].t() if b[k].dim() == 2 and a.dim() == 2 else b[k].reshape(a.shape)
             torch.testing.assert_close(b.detach(), a.detach(), rtol=1e-4, atol=1e-6)
-        moved = max(float((b[k] - p0[k]).abs().max()) for b, p0 in zip(pop.params, before))
+            moved = max(float((b[k].detach() - p0[k]).abs().max()) for b, p0 in zip(pop.params, before))
         assert moved > 1e-4                       # the update did move the member
         for i, key in enumerate(PPOUpdate.STATS):
             torch.testing.assert_close(pop.last_loss_stats[i, k], torch.as_tensor(stats[key]).float(),

@@ -47,7 +47,7 @@ from ...core.stacked import copy_members
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
 from ..onpolicy import DECORRELATION_BUDGET, resolve_normalize_obs, standardize
-from ..population.pbt import PopulationBasedTraining
+from ..population.pbt import InTrialPBT
 from ..ppo.algorithm import PPOUpdate
 from ..ppo.loss import PPOLossTerms, ppo_loss
 from .config import PopA2CConfig, PopPPOConfig
@@ -57,7 +57,7 @@ from .optim import SingleAdam, StackedAdam
 
 class PopPPO(FastAlgorithm):
     """K PPO agents sharing one batched simulator, per-member hyperparameters, in-trial PBT
-    (the :class:`~..population.pbt.PopulationBasedTraining` component, ``self.pbt``)."""
+    (the :class:`~..population.pbt.InTrialPBT` component, ``self.pbt``)."""
 
     #: the loss statistics, FastPPO's (each reported as the members' mean)
     LOSS_STATS = PPOUpdate.STATS
@@ -80,10 +80,10 @@ class PopPPO(FastAlgorithm):
         # PBT (its hyperparameter tensors, fitness, rounds, report); a population of one is plain
         # FastPPO: the config's values. PPO's own draws (action noise, shuffles) come from the
         # algorithm's torch stream as FastPPO's do.
-        self.pbt = PopulationBasedTraining(cfg, self.K, self.n, self.device, self.seed, cfg.member_hparams(),
-                                           exploit=self.exploit_members,
-                                           hyperparameters_changed=self.optimizer_hparams,
-                                           sample_initial=cfg.pbt_init == "sample" and self.K > 1)
+        self.pbt = InTrialPBT(cfg, self.K, self.n, self.device, self.seed, cfg.member_hparams(),
+                                exploit=self.exploit_members,
+                                hyperparameters_changed=self.optimizer_hparams,
+                                sample_initial=cfg.pbt_init == "sample" and self.K > 1)
         #: the member hyperparameters (``[K]`` tensors the update reads) and fitness: the PBT component's
         self.hp, self.returns = self.pbt.hp, self.pbt.returns
         self.env_steps = 0      # total env steps (all members): host count of our own calls

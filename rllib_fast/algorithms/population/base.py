@@ -9,7 +9,7 @@ Top to bottom, one ``training_step``:
 3. **learn**: ``updates_per_step * n * rollout_length`` update steps per member,
    dispatched in chunks of ``fused_update_steps`` with no host sync inside;
 4. **PBT** (every ``pbt_interval`` update steps): the algorithm's
-   :class:`~.pbt.PopulationBasedTraining` component (``self.pbt``): truncation
+   :class:`~.pbt.InTrialPBT` component (``self.pbt``): truncation
    selection on the fitness (mean of each member's last 10 returns), exploit
    (``exploit_members``: copy member slices in place), explore (Tune's rule on
    the ``[K]`` hyperparameter tensors, ``self.hp``);
@@ -35,7 +35,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ...core.algorithm import FastAlgorithm
 from ...core.metrics import EpisodeTracker
 from ...core.stacked import FusedSteps
-from .pbt import PopulationBasedTraining
+from .pbt import InTrialPBT
 from .rng import MemberRNG
 
 
@@ -49,10 +49,10 @@ class PopulationAlgorithm(FastAlgorithm):
             raise ValueError(f"{type(self).__name__}: env has {env.num_envs} envs; expected population_size * "
                              f"num_envs_per_member = {self.K * self.n}")
         self.tracker = EpisodeTracker(env.num_envs, self.device, cfg.metrics_num_episodes_for_smoothing)
-        self.pbt = PopulationBasedTraining(cfg, self.K, self.n, self.device, self.seed, cfg.MEMBER_HPARAMS,
-                                           exploit=self.exploit_members,
-                                           hyperparameters_changed=self.optimizer_hparams,
-                                           sample_initial=cfg.pbt_init == "sample")
+        self.pbt = InTrialPBT(cfg, self.K, self.n, self.device, self.seed, cfg.MEMBER_HPARAMS,
+                                exploit=self.exploit_members,
+                                hyperparameters_changed=self.optimizer_hparams,
+                                sample_initial=cfg.pbt_init == "sample")
         #: the member hyperparameters (``[K]`` tensors the update reads) and fitness: the PBT component's
         self.hp, self.returns = self.pbt.hp, self.pbt.returns
         self.rng = MemberRNG.from_seed(self.seed, self.K, self.device)   # the members' noise streams

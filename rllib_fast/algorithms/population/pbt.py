@@ -1,6 +1,6 @@
 """In-trial population-based training as a component a population algorithm holds.
 
-:class:`PopulationBasedTraining` owns what PBT is made of, for K members that
+:class:`InTrialPBT` owns what PBT is made of, for K members that
 share one trial: the member hyperparameters as ``[K]`` tensors
 (:class:`HyperparameterTensors`), each member's recent returns (its fitness,
 :class:`~.tracking.MemberReturns`), the host generator of its draws, the
@@ -60,7 +60,7 @@ class HyperparameterTensors:
         self.applied = dict(state["applied"])
 
 
-class PopulationBasedTraining:
+class InTrialPBT:
     """In-trial PBT of K members acting on ``n`` envs each (Jaderberg et al. 2017,
     as vectorised by Flajolet et al. 2022).
 
