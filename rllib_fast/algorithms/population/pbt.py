@@ -12,9 +12,9 @@ DvD) keeps what is its own: the networks, the update, what an exploit copies
 ``round(progress)`` in its ``training_step`` (``progress``: whatever unit its
 ``pbt_interval`` counts, update steps or iterations).
 
-Its checkpoint state keeps the keys the algorithms have always stored
-(``hp``, ``returns``, ``host_rng``; ``last_pbt``, ``pbt_rounds``,
-``episodes_logged``), so checkpoints load either way.
+Its checkpoint state sits at the holder's top level (components ``hp``,
+``returns``, ``host_rng``; extra state ``last_pbt``, ``pbt_rounds``,
+``episodes_logged``), beside the holder's own state.
 """
 from __future__ import annotations
 
