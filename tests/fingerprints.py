@@ -42,6 +42,8 @@ VARIANTS = {
                                             "total_batch_size": None, "num_envs_per_member": 4}, 8),
     "PopA2C[K=3]": ("PopA2C", {"population_size": 3}),
     "PopDQN[pbt]": ("PopDQN", {"population_size": 3, "pbt_interval": 8}, 8),
+    "PopDQN[clip]": ("PopDQN", {"grad_clip": 0.01}, 4),
+    "PopTD3[clip]": ("PopTD3", {"grad_clip": 0.01}, 3),
 }
 
 
