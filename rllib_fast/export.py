@@ -114,18 +114,22 @@ def _pick_member(module: RLModule, member: Optional[int]) -> RLModule:
 
 
 def _algorithm_module(algo, member: Optional[int]) -> RLModule:
-    from .algorithms.population.base import PopulationAlgorithm
+    """The algorithm's greedy module; a population's (its module is a
+    ``PopulationPolicyModule``): one member's, the best by default."""
+    from .algorithms.population.module import PopulationPolicyModule
 
-    if isinstance(algo, PopulationAlgorithm):
-        try:
-            module = algo.get_module(member=member)
-        except ValueError as err:
-            raise ExportError(str(err)) from None
+    module = algo.get_module()
+    if isinstance(module, PopulationPolicyModule):
+        if member is not None:
+            try:
+                module = algo.get_module(member=member)
+            except ValueError as err:
+                raise ExportError(str(err)) from None
         return module.select()
     if member is not None:
         raise ExportError(f"member={member} applies to population algorithms only; {type(algo).__name__} "
                           "has one policy")
-    return algo.get_module()
+    return module
 
 
 # ---------------------------------------------------------------------------

@@ -29,20 +29,27 @@ from .asymmetric import ASYMMETRIC_CRITIC, current_states, final_states, state_d
 
 
 
-def masked_mean(x: torch.Tensor, w: torch.Tensor | None, denom: torch.Tensor | None) -> torch.Tensor:
+def masked_mean(x: torch.Tensor, w: torch.Tensor | None, denom: torch.Tensor | None,
+                dim: int | None = None) -> torch.Tensor:
     """Mean of ``x`` over the transitions ``w`` marks valid, as ``sum / denom``
-    (plain mean when neither weights nor denominator are given)."""
+    (plain mean when neither weights nor denominator are given). ``dim``: reduce
+    only that axis (a population's ``[K, B]`` batch: one mean per member, ``denom``
+    then ``[K]``); None: over everything."""
     if w is None and denom is None:
-        return x.mean()
-    return (x if w is None else x * w).sum() / denom
+        return x.mean() if dim is None else x.mean(dim)
+    x = x if w is None else x * w
+    return (x.sum() if dim is None else x.sum(dim)) / denom
 
 
-def standardize(a: torch.Tensor, w: torch.Tensor | None, reduce=None, unbiased: bool = False) -> torch.Tensor:
+def standardize(a: torch.Tensor, w: torch.Tensor | None, reduce=None, unbiased: bool = False,
+                dim: int | None = None) -> torch.Tensor:
     """Standardise advantages with (optionally masked) statistics; ``reduce``
     sums the moments over data-parallel learners so all use the global ones;
-    ``unbiased``: Bessel's n / (n - 1) on the variance (rsl_rl's whole-batch form)."""
+    ``unbiased``: Bessel's n / (n - 1) on the variance (rsl_rl's whole-batch form);
+    ``dim``: moments along that axis only (each member of a ``[K, B]`` batch its own)."""
     w = torch.ones_like(a) if w is None else w
-    m = torch.stack([w.sum(), (a * w).sum(), (a * a * w).sum()])
+    total = (lambda x: x.sum()) if dim is None else (lambda x: x.sum(dim))  # noqa: E731
+    m = torch.stack([total(w), total(a * w), total(a * a * w)])
     if reduce is not None:
         reduce(m)
     n = m[0].clamp_min(1.0)
@@ -50,7 +57,10 @@ def standardize(a: torch.Tensor, w: torch.Tensor | None, reduce=None, unbiased: 
     var = (m[2] / n - mean ** 2).clamp_min(0.0)
     if unbiased:
         var = var * n / (n - 1.0).clamp_min(1.0)
-    return (a - mean) / (var.sqrt() + 1e-8)
+    std = var.sqrt()
+    if dim is not None:
+        mean, std = mean.unsqueeze(dim), std.unsqueeze(dim)
+    return (a - mean) / (std + 1e-8)
 
 
 def resolve_normalize_obs(setting: Any, env: Any) -> bool:
@@ -292,10 +302,6 @@ class OnPolicyConfig(FastConfig):
             return max(1, self.total_batch_size // self.num_envs)
         return self.rollout_length
 
-    def configured_lr(self) -> float:
-        """The learning rate this config prescribes (a batch-size rule may scale ``lr``)."""
-        return self.lr
-
 
 #: env steps the default start-state decorrelation may cost at most (over this learner's envs)
 DECORRELATION_BUDGET = 32_768
@@ -433,9 +439,6 @@ class OnPolicyAlgorithm(FastAlgorithm):
     def reduce_over_learners(self):
         """In-place sum over data-parallel learners, or None for one learner."""
         return self.collectives.sum_
-
-    def configured_lr(self) -> float:
-        return self.config.configured_lr()
 
     def apply_live_hyperparameters(self) -> None:
         super().apply_live_hyperparameters()

@@ -206,9 +206,10 @@ class FastAlgorithm(CheckpointedAlgorithm, Evaluation, Algorithm):
     # algorithm adapted itself (FastPPO's adaptive-KL lr) therefore survives a
     # restore that leaves the lr keys alone.
     def configured_lr(self) -> float:
-        """The learning rate the config prescribes. Reads ``self.config``,
-        the trial's config (``num_envs`` is the total over learners)."""
-        return self.config.lr
+        """The learning rate the config prescribes (``FastConfig.configured_lr``,
+        its one owner). Reads ``self.config``, the trial's config (``num_envs``
+        is the total over learners)."""
+        return self.config.configured_lr()
 
     def set_lr(self, lr: float) -> None:
         """Put ``lr`` in effect (every optimizer of :meth:`optimizers`)."""

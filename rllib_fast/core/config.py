@@ -257,6 +257,13 @@ class FastConfig(AlgorithmConfig):
                 raise DeviceUnavailableError(err)
 
     # -- derived --------------------------------------------------------------
+    def configured_lr(self) -> float:
+        """The learning rate this config prescribes: ``lr``; a config whose
+        algorithm scales it with the batch (FastA2C's ``lr_rule``, FastDQN's
+        ``batch_rule``) overrides this. The algorithm reads it through
+        ``FastAlgorithm.configured_lr``."""
+        return self.lr
+
     def resolved_device(self) -> torch.device:
         if self.env_device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -246,17 +246,16 @@ def load_flat_members(module: nn.Module, flat: torch.Tensor) -> None:
 
 
 def per_member_grad_norm(grads: Iterable[torch.Tensor]) -> torch.Tensor:
-    """Global gradient norm of each member, ``[K]``."""
-    sq = None
-    for g in grads:
-        s = g.reshape(g.shape[0], -1).square().sum(1)
-        sq = s if sq is None else sq + s
-    return sq.sqrt()
+    """Global gradient norm of each member, ``[K]``: the norm of the per-tensor
+    norms, as ``torch.nn.utils.clip_grad_norm_`` takes one agent's."""
+    norms = torch.stack([torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1) for g in grads])
+    return torch.linalg.vector_norm(norms, dim=0)
 
 
-def clip_grads_per_member(grads: List[torch.Tensor], max_norm: torch.Tensor,
-                          pairs: Optional[int] = None) -> List[torch.Tensor]:
-    """Clip each member's global gradient norm to ``max_norm`` (``[K]`` or scalar); no host sync.
+def clip_grads_per_member(grads: Sequence[torch.Tensor], max_norm, pairs: Optional[int] = None) -> List[torch.Tensor]:
+    """Clip each member's global gradient norm to ``max_norm`` (a float, or a
+    ``[K]`` or 0-d tensor) with ``clip_grad_norm_``'s rule per member:
+    coefficient ``max_norm / (norm + 1e-6)`` capped at 1; no host sync.
 
     ``pairs=P``: the stack holds ``2P`` members where ``m`` and ``P + m`` are one
     learner's two nets (twin critics); their norm is taken together."""

@@ -11,6 +11,7 @@ from torch import nn
 from rllib_fast.algorithms.a2c.loss import a2c_loss
 from rllib_fast.algorithms.actor_critic import ActorCriticModule
 from rllib_fast.algorithms.dqn import FastDQNConfig
+from rllib_fast.algorithms.onpolicy import masked_mean, standardize
 from rllib_fast.algorithms.ppo.loss import (approx_kl, clip_fraction, clipped_surrogate, clipped_value_loss,
                                             kl_adapted_lr, ppo_loss)
 
@@ -25,6 +26,41 @@ def test_clipped_surrogate_takes_the_pessimistic_term():
     # masked: the third transition is invalid, denominator 3
     w = T([1.0, 1.0, 0.0, 1.0])
     assert clipped_surrogate(ratio, adv, 0.2, w, w.sum()).item() == pytest.approx(-(1.2 + 0.5 - 0.8) / 3)
+
+
+def test_ppo_loss_over_a_member_axis_is_each_members_loss_with_its_own_settings():
+    """``dim=-1`` on a ``[K, B]`` minibatch (PopPPO): member k's loss and statistics are
+    ``ppo_loss`` on member k's row with member k's clip and weights, masks included."""
+    g = torch.Generator().manual_seed(0)
+    K, B = 3, 12
+    logp, old_logp = torch.randn(K, B, generator=g) * 0.3, torch.randn(K, B, generator=g) * 0.3
+    entropy, adv = torch.rand(K, B, generator=g), torch.randn(K, B, generator=g)
+    v, targets, old_v = (torch.randn(K, B, generator=g) for _ in range(3))
+    w = (torch.rand(K, B, generator=g) > 0.25).float()
+    clip, vf_coeff, ent_coeff = T([0.1, 0.2, 0.3]), T([0.5, 1.0, 2.0]), T([0.0, 0.01, 0.1])
+    terms = ppo_loss(logp, entropy, old_logp, adv, v, targets, old_v, clip_param=clip.unsqueeze(1),
+                     vf_clip_param=0.2, vf_loss_coeff=vf_coeff, entropy_coeff=ent_coeff, w=w,
+                     denom=w.sum(-1).clamp_min(1.0), dim=-1)
+    assert terms.loss.shape == (K,) and terms.stats.shape == (5, K)
+    for k in range(K):
+        one = ppo_loss(logp[k], entropy[k], old_logp[k], adv[k], v[k], targets[k], old_v[k],
+                       clip_param=float(clip[k]), vf_clip_param=0.2, vf_loss_coeff=float(vf_coeff[k]),
+                       entropy_coeff=float(ent_coeff[k]), w=w[k], denom=w[k].sum())
+        torch.testing.assert_close(terms.loss[k], one.loss)
+        torch.testing.assert_close(terms.stats[:, k], one.stats)
+    # masked_mean and standardize along the member axis: each row on its own
+    assert torch.equal(masked_mean(adv, None, None, dim=-1), adv.mean(-1))
+    z = standardize(adv, w, dim=-1)
+    for k in range(K):
+        torch.testing.assert_close(z[k], standardize(adv[k], w[k]))
+
+
+def test_kl_adapted_lr_adapts_each_member_to_its_own_target():
+    lr, kl, target = T([1e-3, 1e-3, 1e-3]), T([0.05, 0.01, 0.001]), T([0.01, 0.01, 0.01])
+    out = kl_adapted_lr(lr, kl, target, 1e-5, 1e-2)
+    expected = [kl_adapted_lr(1e-3, float(k), 0.01, 1e-5, 1e-2) for k in kl]
+    torch.testing.assert_close(out, torch.tensor(expected, dtype=torch.float32))
+    assert float(out[0]) < float(out[1]) < float(out[2]) and out[1] == lr[1]   # shrink, keep, grow
 
 
 def test_clipped_value_loss_takes_the_larger_error():

@@ -176,13 +176,13 @@ def test_exploit_copies_exactly_the_selected_slices(optimizer_mode):
 def test_pbt_replaces_floor_fraction_members_with_hyperparameters_inside_the_prior():
     algo = tiny(population_size=8, pbt_interval=10, pbt_init="sample", learning_starts=0).build_algo()
     algo.train()
-    prior = {k: M.bounds(v) for k, v in algo.mutations.items()}
+    prior = {k: M.bounds(v) for k, v in algo.pbt.mutations.items()}
     fitness = torch.tensor([-5.0, -1.0, -8.0, -2.0, -7.0, -3.0, -4.0, -6.0], dtype=torch.float64)
     algo.returns.ring[:, 0] = fitness
     algo.returns.filled.fill_(1)
     hp_before = {k: v.clone() for k, v in algo.hp.t.items()}
     actor_before = flat_members(algo.actor).clone()
-    info = algo.pbt_round()
+    info = algo.pbt.round(algo.num_updates)
     q = math.floor(0.3 * 8)
     assert sorted(info["replaced"]) == [2, 4]                 # the two worst
     assert set(info["donors"]) <= {1, 3}                      # drawn from the two best
@@ -208,10 +208,10 @@ def test_pbt_waits_until_every_member_has_a_fitness():
     algo.train()
     algo.returns.ring[:, 0] = torch.tensor([-5.0, -1.0, -8.0, -2.0], dtype=torch.float64)
     algo.returns.filled.copy_(torch.tensor([1, 1, 0, 1]))    # member 2: no finished episode
-    rounds = algo.pbt_rounds
-    assert algo.pbt_round() == {} and algo.pbt_rounds == rounds
+    rounds = algo.pbt.rounds
+    assert algo.pbt.round(algo.num_updates) == {} and algo.pbt.rounds == rounds
     algo.returns.filled.fill_(1)
-    assert algo.pbt_round()["replaced"] and algo.pbt_rounds == rounds + 1
+    assert algo.pbt.round(algo.num_updates)["replaced"] and algo.pbt.rounds == rounds + 1
     algo.stop()
 
 
@@ -223,7 +223,7 @@ def test_small_populations_replace_one_member_and_auto_pbt_needs_two():
     algo.train()
     algo.returns.ring[:, 0] = torch.tensor([-5.0, -1.0], dtype=torch.float64)
     algo.returns.filled.fill_(1)
-    info = algo.pbt_round()
+    info = algo.pbt.round(algo.num_updates)
     assert list(info["replaced"]) == [0]
     algo.stop()
     assert PopDQNConfig().pbt_interval == "auto" and PopTD3Config().pbt_interval is None
@@ -232,7 +232,7 @@ def test_small_populations_replace_one_member_and_auto_pbt_needs_two():
     assert PopDQNConfig().training(pbt_fraction=0.0).resolved_pbt_interval() is None
     assert PopTD3Config().training(pbt_interval="auto").resolved_pbt_interval() is None   # nothing measured
     single = tiny(PopDQNConfig, population_size=1).build_algo()            # 'auto' with one member: off
-    assert single.pbt_interval is None
+    assert single.pbt.interval is None
     single.stop()
 
 
@@ -242,11 +242,11 @@ def test_pbt_perturbations_stay_inside_what_each_key_allows():
     algo = tiny(population_size=4, pbt_interval=10, pbt_init="sample", learning_starts=0,
                 pbt_resample_probability=0.0, pbt_perturbation_factors=[1.2]).build_algo()
     algo.train()
-    assert "gamma" in algo.mutations
+    assert "gamma" in algo.pbt.mutations
     algo.hp["gamma"].fill_(0.99)
     algo.returns.ring[:, 0] = torch.tensor([-5.0, -1.0, -8.0, -2.0], dtype=torch.float64)
     algo.returns.filled.fill_(1)
-    info = algo.pbt_round()
+    info = algo.pbt.round(algo.num_updates)
     for m in info["replaced"]:
         assert float(algo.hp["gamma"][m]) == 1.0              # 0.99 * 1.2, held at the bound
     algo.stop()
@@ -274,7 +274,7 @@ def test_changing_hyperparameters_triggers_no_recompilation():
     n0 = dynamo_compile_count()
     assert n0 >= 1
     with torch._dynamo.config.patch(error_on_recompile=True):   # a recompile raises (not a silent eager fallback)
-        algo.pbt_round()                               # exploit + resample every member hyperparameter
+        algo.pbt.round(algo.num_updates)   # exploit + resample every member hyperparameter
         algo.hp["gamma"].fill_(0.5)
         algo.hp["policy_delay"].fill_(3.0)
         algo.train(); algo.train()
@@ -461,7 +461,7 @@ def test_in_trial_pbt_shifts_list_valued_mutations_to_a_neighbour():
         algo.hp["gamma"].fill_(0.995)
         algo.returns.ring[:, 0] = torch.arange(8, dtype=torch.float64)   # every member has a fitness
         algo.returns.filled.fill_(1)
-        info = algo.pbt_round()
+        info = algo.pbt.round(algo.num_updates)
         assert len(info["replaced"]) == 4
         for m in info["replaced"]:
             assert float(algo.hp["gamma"][m]) in (pytest.approx(0.99), pytest.approx(0.999)), m
@@ -519,7 +519,7 @@ def test_pbt_perturbs_an_integer_hyperparameter_as_an_int():
         for _ in range(2):
             algo.returns.ring[:, 0] = torch.tensor([-5.0, -1.0], dtype=torch.float64)
             algo.returns.filled.fill_(1)
-            info = algo.pbt_round()                     # member 0 (worst) <- member 1, then x1.2
+            info = algo.pbt.round(algo.num_updates)                     # member 0 (worst) <- member 1, then x1.2
             m = info["replaced"][0]
             assert float(algo.hp["policy_delay"][m]) == 2.0
             algo.hp["policy_delay"][1] = algo.hp["policy_delay"][m]

@@ -80,3 +80,30 @@ def test_pooled_statistics_equal_one_normaliser_that_saw_all_the_data():
     torch.testing.assert_close(a.mean, ref.mean)
     torch.testing.assert_close(a.var, ref.var)
     assert float(a.count) == 80.0
+
+
+def test_a_stacked_normaliser_is_k_plain_normalisers_bit_for_bit():
+    """``members=K``: member k's statistics, normalisation and denormalisation are those
+    of a plain normaliser fed member k's samples (masks included), to the last bit."""
+    g = torch.Generator().manual_seed(1)
+    K = 3
+    stacked = RunningMeanStd((2,), members=K)
+    plain = [RunningMeanStd((2,)) for _ in range(K)]
+    for scale in (1.0, 5.0):
+        x = torch.randn(K, 4, 6, 2, generator=g) * scale + torch.arange(K).view(K, 1, 1, 1)
+        mask = torch.rand(K, 4, 6, generator=g) > 0.3
+        stacked.update(x, mask=mask)
+        for k in range(K):
+            plain[k].update(x[k], mask=mask[k])
+    for k in range(K):
+        assert torch.equal(stacked.mean[k], plain[k].mean) and torch.equal(stacked.var[k], plain[k].var)
+        assert torch.equal(stacked.count[k], plain[k].count)
+    y = torch.randn(K, 7, 2, generator=g) * 20
+    for k in range(K):
+        assert torch.equal(stacked.normalize(y)[k], plain[k].normalize(y[k]))
+        assert torch.equal(stacked.denormalize(y)[k], plain[k].denormalize(y[k]))
+    # a scalar (value) normaliser per member: count [K], mean [K]
+    values = RunningMeanStd((), members=K)
+    values.update(torch.randn(K, 10, generator=g))
+    assert values.mean.shape == (K,) and values.count.shape == (K,)
+    assert torch.equal(values.count, torch.full((K,), 10 + 1e-4, dtype=torch.float64))

@@ -52,18 +52,18 @@ def test_popppo_go1_critic_group_checkpoint_and_restore(tmp_path):
            .debugging(seed=0))
     algo = cfg.build_algo()
     try:
-        assert algo.state_dim == 72 and algo.ac.vf.layers[0].in_features == 72
-        assert algo.ac.pi.layers[0].in_features == 48
+        assert algo.state_dim == 72 and algo.module.vf.layers[0].in_features == 72
+        assert algo.module.pi.layers[0].in_features == 48
         for _ in range(2):
             r = algo.train()
         assert math.isfinite(r["learners"]["default_policy"]["vf_loss"])
         path = algo.save_to_path(str(tmp_path / "ckpt"))
-        saved = [t.clone() for t in member_tensors(algo.ac)]
+        saved = [t.clone() for t in member_tensors(algo.module)]
     finally:
         algo.stop()
     restored = Algorithm.from_checkpoint(path)
     try:
-        for a, b in zip(member_tensors(restored.ac), saved):
+        for a, b in zip(member_tensors(restored.module), saved):
             assert torch.equal(a, b)
         r = restored.train()
         assert restored.training_iteration == 3 and math.isfinite(r["learners"]["default_policy"]["vf_loss"])

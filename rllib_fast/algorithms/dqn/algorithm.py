@@ -21,7 +21,6 @@ from ...core.compile import compiled
 from ...core.qnets import QNetwork, categorical_projection
 from ...core.replay import SegmentedReplay
 from .config import EpsRainbowConfig, FastDQNConfig, RainbowConfig
-from .rules import apply_rule, resolve_rule
 
 
 
@@ -40,7 +39,7 @@ class FastDQN(FastAlgorithm):
                                noisy=cfg.noisy, sigma0=cfg.noisy_sigma0, v_min=cfg.v_min,
                                v_max=cfg.v_max).to(self.device)
         self.target = copy.deepcopy(self.module).requires_grad_(False)
-        lr, adam_eps = self._batch_rule()
+        lr, adam_eps = self.config.batch_rule_lr_eps()
         self.params = list(self.module.parameters())
         self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=adam_eps, fused=True)
         obs_dtype = torch.uint8 if self.env.single_observation_space.dtype == "uint8" else torch.float32
@@ -65,16 +64,6 @@ class FastDQN(FastAlgorithm):
         from .module import dqn_policy_module
 
         return dqn_policy_module(self)
-
-    def _batch_rule(self) -> tuple:
-        """(lr, Adam eps) under the large-batch rule (``batch_rule``); an explicit ``adam_eps`` wins."""
-        cfg = self.config
-        rule = resolve_rule(cfg.batch_rule, cfg.num_atoms, cfg.noisy, cfg.prioritized_replay)
-        return apply_rule(rule, cfg.batch_size, cfg.lr, cfg.adam_eps)
-
-    def configured_lr(self) -> float:
-        """``lr`` under the large-batch rule (``batch_rule``)."""
-        return self._batch_rule()[0]
 
     def stateful_components(self) -> Dict[str, Any]:
         out = {**super().stateful_components(), "module": self.module, "target": self.target,

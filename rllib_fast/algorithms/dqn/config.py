@@ -5,7 +5,7 @@ from ...core.algorithm import FastConfig
 from ...core.compile import COMPILE
 from ...core.nets import ACTIVATIONS
 from ...core.params import POSITIVE_INT_LIST, Param, learning_starts_error, with_defaults
-from .rules import RULES
+from .rules import RULES, apply_rule, resolve_rule
 
 
 class FastDQNConfig(FastConfig):
@@ -77,6 +77,15 @@ class FastDQNConfig(FastConfig):
 
         super().__init__(algo_class=algo_class or FastDQN)
         self.min_sample_timesteps_per_iteration = 1_000  # RLlib's key, not one of ours
+
+    def batch_rule_lr_eps(self) -> tuple:
+        """(lr, Adam eps) under the large-batch rule (``batch_rule``); an explicit ``adam_eps`` wins."""
+        rule = resolve_rule(self.batch_rule, self.num_atoms, self.noisy, self.prioritized_replay)
+        return apply_rule(rule, self.batch_size, self.lr, self.adam_eps)
+
+    def configured_lr(self) -> float:
+        """``lr`` under the large-batch rule (``batch_rule``)."""
+        return self.batch_rule_lr_eps()[0]
 
     def validate_algorithm(self) -> None:
         name = type(self).__name__

@@ -13,20 +13,23 @@ One ``training_step`` reads top to bottom like FastPPO's, with a member axis:
 3. **update**: one minibatch loop for all members: every minibatch takes the
    same positions of each member's own ``[T*n]`` data (one ``randperm``, so a
    population of one shuffles exactly as FastPPO), the loss is the sum of the
-   members' PPO losses (each with its own clip, value and entropy weights, so
-   a member's gradient reaches only its own slice), gradients are clipped per
-   member and one :class:`~rllib_fast.core.stacked.VectorAdam` step moves
-   everyone with its own lr. The adaptive-KL lr is a ``[K]`` tensor adapted
-   on the device after each epoch (no host sync). A population of one steps
-   with FastPPO's own optimizer instead (``optim.py`` says why), so it is
+   members' PPO losses (``ppo.loss.ppo_loss`` over the member axis, each member
+   with its own clip, value and entropy weights, so a member's gradient
+   reaches only its own slice), gradients are clipped per member
+   (``core.stacked.clip_grads_per_member``) and one
+   :class:`~rllib_fast.core.stacked.VectorAdam` step moves everyone with its
+   own lr. The adaptive-KL lr (``ppo.loss.kl_adapted_lr``) is a ``[K]`` tensor
+   adapted on the device after each epoch (no host sync). A population of one
+   steps with FastPPO's own optimizer instead (``optim.py`` says why), so it is
    the FastPPO run of its seed, bit for bit;
-4. **PBT** every ``pbt_interval`` iterations (``population/base.py``'s round:
+4. **PBT** every ``pbt_interval`` iterations: the PBT component
+   (``population/pbt.py``, ``self.pbt``) the other populations hold too:
    truncation selection on each member's recent returns, exploit = copy the
-   donor's slices of weights, normalisers, Adam moments and adaptive lr,
-   explore = Tune's rule on the member hyperparameter tensors). The
-   simulator is not reset: the replaced members' running episodes go on, but
-   do not count towards their fitness;
-5. **report**: the population's metrics (``population/member_i/...``,
+   donor's slices of weights, normalisers, Adam moments and adaptive lr
+   (:meth:`PopPPO.exploit_members`), explore = Tune's rule on the member
+   hyperparameter tensors. The simulator is not reset: the replaced members'
+   running episodes go on, but do not count towards their fitness;
+5. **report**: the component's population metrics (``population/member_i/...``,
    ``env_runners/episode_return_mean`` = the best member's fitness).
 """
 from __future__ import annotations
@@ -34,54 +37,30 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Optional
 
-import numpy as np
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from ...core.algorithm import FastAlgorithm
 from ...core.compile import compiled
-from ...core.rollout import RolloutStorage
-from ...core.seeding import PBT_HOST, derive_seed
+from ...core.rollout import RolloutStorage, compute_gae
 from ...core.stacked import copy_members
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
-from ..onpolicy import DECORRELATION_BUDGET, resolve_normalize_obs
-from ..population import mutations as M
-from ..population.base import HyperparameterTensors, PopulationAlgorithm
-from ..population.rng import MemberRNG
-from ..population.tracking import MemberReturns
+from ..onpolicy import DECORRELATION_BUDGET, resolve_normalize_obs, standardize
+from ..population.pbt import InTrialPBT
+from ..ppo.algorithm import PPOUpdate
+from ..ppo.loss import PPOLossTerms, ppo_loss
 from .config import PopA2CConfig, PopPPOConfig
 from .module import StackedActorCritic, pop_ppo_policy_module, to_env_action
-from ...core.rollout import compute_gae
 from .optim import SingleAdam, StackedAdam
 
 
-def member_gae(rewards, values, next_values, terminated, done, gamma, lam, valid=None):
-    """GAE over ``[T, K, n]`` with per-member ``gamma``/``lam`` (``[K, 1]`` tensors):
-    ``core.rollout.compute_gae``, whose arithmetic broadcasts over the member axis."""
-    return compute_gae(rewards, values, next_values, terminated, done, gamma, lam, valid)
+class PopPPO(FastAlgorithm):
+    """K PPO agents sharing one batched simulator, per-member hyperparameters, in-trial PBT
+    (the :class:`~..population.pbt.InTrialPBT` component, ``self.pbt``)."""
 
-
-def member_mean(x: torch.Tensor, w: Optional[torch.Tensor]) -> torch.Tensor:
-    """``[K, B] -> [K]``: each member's (masked) mean."""
-    if w is None:
-        return x.mean(1)
-    return (x * w).sum(1) / w.sum(1).clamp_min(1.0)
-
-
-def member_standardize(a: torch.Tensor, w: Optional[torch.Tensor]) -> torch.Tensor:
-    """Standardise ``[K, B]`` advantages with each member's own (masked) moments."""
-    w = torch.ones_like(a) if w is None else w
-    n = w.sum(1).clamp_min(1.0)
-    mean = (a * w).sum(1) / n
-    std = ((a * a * w).sum(1) / n - mean ** 2).clamp_min(0.0).sqrt()
-    return (a - mean.unsqueeze(1)) / (std.unsqueeze(1) + 1e-8)
-
-
-class PopPPO(PopulationAlgorithm):
-    """K PPO agents sharing one batched simulator, per-member hyperparameters, in-trial PBT."""
-
-    LOSS_STATS = ("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "clip_fraction")
+    #: the loss statistics, FastPPO's (each reported as the members' mean)
+    LOSS_STATS = PPOUpdate.STATS
 
     @classmethod
     def get_default_config(cls) -> PopPPOConfig:
@@ -98,36 +77,29 @@ class PopPPO(PopulationAlgorithm):
         self.obs_dim = int(math.prod(env.obs_shape))
         self.normalize_obs = resolve_normalize_obs(cfg.normalize_obs, env)
         self.state_dim = state_dim(cfg, env, type(self).__name__)
-        self.returns = MemberReturns(self.K, self.n, self.device, cfg.fitness_window)
-        # the populations' member streams (checkpointed with the algorithm); PPO's own draws
-        # (action noise, shuffles) come from the algorithm's torch stream as FastPPO's do
-        self.rng = MemberRNG.from_seed(self.seed, self.K, self.device)
-        self.host_rng = np.random.default_rng(derive_seed(self.seed, PBT_HOST))
-        self.mutations = cfg.resolved_mutations()
-        self.hp = HyperparameterTensors(cfg.member_hparams(), self.K, self.device)
-        for k in self.hp.names:
-            self.hp[k].fill_(float(getattr(cfg, k)))
-            self.hp.applied[k] = getattr(cfg, k)
-        if cfg.pbt_init == "sample" and self.K > 1:   # one member is plain FastPPO: the config's values
-            for k, dist in self.mutations.items():
-                for m in range(self.K):
-                    self.hp[k][m] = float(M.sample(dist, self.host_rng))
-        self.env_steps = self.num_updates = self.last_pbt = self.pbt_rounds = self.episodes_logged = 0
-        self.update_credit = 0.0
-        self.pbt_interval = cfg.resolved_pbt_interval()
-        self.last_pbt_info: Dict[str, Any] = {}
+        # PBT (its hyperparameter tensors, fitness, rounds, report); a population of one is plain
+        # FastPPO: the config's values. PPO's own draws (action noise, shuffles) come from the
+        # algorithm's torch stream as FastPPO's do.
+        self.pbt = InTrialPBT(cfg, self.K, self.n, self.device, self.seed, cfg.member_hparams(),
+                                exploit=self.exploit_members,
+                                hyperparameters_changed=self.optimizer_hparams,
+                                sample_initial=cfg.pbt_init == "sample" and self.K > 1)
+        #: the member hyperparameters (``[K]`` tensors the update reads) and fitness: the PBT component's
+        self.hp, self.returns = self.pbt.hp, self.pbt.returns
+        self.env_steps = 0      # total env steps (all members): host count of our own calls
+        self.num_updates = 0    # iterations (one update of every member each)
         self.build_learner()
 
     def build_learner(self) -> None:
         cfg, env, K = self.config, self.env, self.K
-        self.ac = StackedActorCritic(K, self.obs_dim, env.single_action_space, self.hidden_sizes, cfg.activation,
-                                     cfg.init_log_std, cfg.std_mode == "state_dependent", self.state_dim,
-                                     self.normalize_obs).to(self.device)
+        self.module = StackedActorCritic(K, self.obs_dim, env.single_action_space, self.hidden_sizes,
+                                         cfg.activation, cfg.init_log_std, cfg.std_mode == "state_dependent",
+                                         self.state_dim, self.normalize_obs).to(self.device)
         space = env.single_action_space
-        if not self.ac.discrete:
+        if not self.module.discrete:
             self.act_low = torch.as_tensor(space.low, dtype=torch.float32, device=self.device)
             self.act_high = torch.as_tensor(space.high, dtype=torch.float32, device=self.device)
-        self.params = list(self.ac.parameters())
+        self.params = list(self.module.parameters())
         # the lr in effect is the optimizer's (adapted to each member's epoch KL); `lr_applied` is
         # the member lr hyperparameter it was last set from (PBT or a config change moves it)
         self.lr_applied = self.hp["lr"].clone()
@@ -152,7 +124,7 @@ class PopPPO(PopulationAlgorithm):
         self.states = current_states(env) if self.state_dim is not None else None
         self.any_invalid = False
         self._act_fn = compiled(self._act_step, cfg.compile, self.device)
-        self.loss_fn = compiled(self._loss, cfg.compile, self.device)   # the loss (PopulationAlgorithm.update_step is a whole update)
+        self.loss_fn = compiled(self._summed_loss, cfg.compile, self.device)   # what ``compile`` compiles
         self._decorrelate()
 
     # -- member views ----------------------------------------------------------------------------
@@ -169,25 +141,34 @@ class PopPPO(PopulationAlgorithm):
         return x.reshape(self.K, T * self.n, *x.shape[3:])
 
     def env_action(self, a: torch.Tensor) -> torch.Tensor:
-        return a if self.ac.discrete else to_env_action(a, self.act_low, self.act_high)
+        return a if self.module.discrete else to_env_action(a, self.act_low, self.act_high)
 
     # -- acting ----------------------------------------------------------------------------------------
     def _act_step(self, obs: torch.Tensor):
         """One stacked forward for all K x n envs: normalised observations,
         actions, log-probabilities and env actions, flat in env order."""
-        obs_n = self.ac.policy_input(self.members(obs))
-        action, logp = self.ac.sample(obs_n)
+        obs_n = self.module.policy_input(self.members(obs))
+        action, logp = self.module.sample(obs_n)
         flat = lambda x: x.reshape(self.K * self.n, *x.shape[2:])  # noqa: E731
         return flat(obs_n), flat(action), flat(logp), flat(self.env_action(action))
 
     def policy_actions(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         """``[K, B, ...]`` raw observations -> ``[K, B, ...]`` env actions (each member its own)."""
-        a, _ = self.ac.sample(self.ac.policy_input(obs), deterministic=not explore)
+        a, _ = self.module.sample(self.module.policy_input(obs), deterministic=not explore)
         return self.env_action(a)
 
     def get_module(self, module_id: str = DEFAULT_MODULE_ID, member: Optional[int] = None):
         """One member's greedy policy: the best by fitness, or ``member``."""
         return pop_ppo_policy_module(self, member)
+
+    def best_member(self) -> int:
+        return self.pbt.best_member()
+
+    def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
+        """Actions of the best member (by fitness) for a batch of observations."""
+        with torch.no_grad():
+            x = obs.unsqueeze(0).expand(self.K, *obs.shape)
+            return self.policy_actions(x, explore)[self.pbt.best_member()]
 
     @torch.no_grad()
     def _decorrelate(self) -> None:
@@ -207,8 +188,8 @@ class PopPPO(PopulationAlgorithm):
         for t in range(k_max):
             obs = self.members(self.obs)
             if self.normalize_obs:
-                self.ac.obs_norm.update(obs.float().reshape(self.K, self.n, -1))
-            policy_a, _ = self.ac.sample(self.ac.policy_input(obs))
+                self.module.obs_norm.update(obs.float().reshape(self.K, self.n, -1))
+            policy_a, _ = self.module.sample(self.module.policy_input(obs))
             policy_a = policy_a.reshape(N, *policy_a.shape[2:])
             random_a = self.env.sample_actions()
             use_random = (t < k).view(-1, *([1] * (random_a.dim() - 1)))
@@ -230,10 +211,12 @@ class PopPPO(PopulationAlgorithm):
         n = self.horizon * self.env.num_envs
         self.log_env_steps(n)
         self.num_updates += 1
-        pbt_info = None
-        if self.pbt_interval is not None and self.num_updates - self.last_pbt >= self.pbt_interval:
-            pbt_info = self.pbt_round()
-        self._report(1, pbt_info)
+        if self.pbt.due(self.num_updates):
+            self.pbt.round(self.num_updates)
+        self.pbt.report(self.metrics, self.num_updates)
+        self.tracker.log_source_metrics(self.metrics)   # the source's own (e.g. envpool's reward terms)
+        self.log_trained_steps(self.trained_env_steps(1))
+        self.log_learner("num_updates_lifetime", self.num_updates)
         self.log_learner("training_intensity", float(self.config.num_epochs))
 
     def trained_env_steps(self, n_updates: int) -> int:
@@ -256,7 +239,7 @@ class PopPPO(PopulationAlgorithm):
                 st["valid"][t].copy_(step.valid)
             else:
                 st["valid"][t].fill_(True)
-            final_n = self.ac.policy_input(self.members(step.final_obs)).reshape(env.num_envs, -1)
+            final_n = self.module.policy_input(self.members(step.final_obs)).reshape(env.num_envs, -1)
             done = step.terminated | step.truncated
             st.insert(t, obs=obs_n, final_obs=final_n, actions=action, logp=logp, rewards=step.reward,
                       terminated=step.terminated, done=done)
@@ -269,75 +252,64 @@ class PopPPO(PopulationAlgorithm):
         valid = st["valid"] if self.any_invalid else None
         self.tracker.update_batch(st["rewards"], st["done"], valid)
         if self.normalize_obs:
-            self.ac.obs_norm.update(self.by_member("raw_obs"), mask=None if valid is None else self.by_member("valid"))
+            self.module.obs_norm.update(self.by_member("raw_obs"),
+                                        mask=None if valid is None else self.by_member("valid"))
 
     @torch.no_grad()
     def _targets(self):
         """Member-major learning targets ``[K, T*n]`` (critic units) and weights."""
-        st, ac, K = self.storage, self.ac, self.K
+        st, module, K = self.storage, self.module, self.K
         T, n = self.horizon, self.n
         valid = self.by_member("valid") if self.any_invalid else None
         if self.state_dim is not None:   # asymmetric critic: its own per-member input statistics
             if self.normalize_obs:
-                ac.state_norm.update(self.by_member("states"), mask=valid)
+                module.state_norm.update(self.by_member("states"), mask=valid)
             for key in ("states", "final_states"):
-                x = ac.critic_input(self.by_member(key))       # [K, T*n, S]
+                x = module.critic_input(self.by_member(key))       # [K, T*n, S]
                 st[key].copy_(x.reshape(K, T, n, -1).transpose(0, 1).reshape_as(st[key]))
         both = torch.cat([self.by_member(self.critic_key), self.by_member(self.final_critic_key)], 1)
-        v_n = ac.value(both)                                       # [K, 2*T*n]
-        v = ac.value_norm.denormalize(v_n) if self.config.normalize_values else v_n
+        v_n = module.value(both)                                       # [K, 2*T*n]
+        v = module.value_norm.denormalize(v_n) if self.config.normalize_values else v_n
         # to [T, K, n] for the recursion over time
         values, next_values = (x.reshape(K, T, n).transpose(0, 1) for x in v.split(T * n, 1))
         tk = lambda name: st[name].view(T, K, n)  # noqa: E731
         valid_t = tk("valid") if self.any_invalid else None
-        adv, ret = member_gae(tk("rewards"), values, next_values, tk("terminated"), tk("done"),
-                              self.hp["gamma"].unsqueeze(1), self.hp["lambda_"].unsqueeze(1), valid_t)
+        # compute_gae's arithmetic broadcasts over the member axis: each member's gamma and lambda
+        adv, ret = compute_gae(tk("rewards"), values, next_values, tk("terminated"), tk("done"),
+                               self.hp["gamma"].unsqueeze(1), self.hp["lambda_"].unsqueeze(1), valid_t)
         km = lambda x: x.transpose(0, 1).reshape(K, T * n)  # noqa: E731
         adv, ret, values = km(adv), km(ret), km(values)
         if self.config.normalize_values:
-            ac.value_norm.update(ret, mask=valid)
-            targets, old_v = ac.value_norm.normalize(ret), ac.value_norm.normalize(values)
+            module.value_norm.update(ret, mask=valid)
+            targets, old_v = module.value_norm.normalize(ret), module.value_norm.normalize(values)
         else:
             targets, old_v = ret, values
         w = valid.float() if valid is not None else None
         return adv, targets, old_v, w
 
-    def _loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w):
-        """The members' losses summed (member k's parameters get only member
-        k's gradient) and ``[5, K]`` statistics: the update step's forward
-        (what ``compile`` compiles)."""
-        losses, stats = self.member_losses(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
-        return losses.sum(), stats
-
-    def member_losses(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w):
-        """Each member's clipped-surrogate PPO loss ``[K]`` on its own minibatch
-        (positions ``idx`` of its own ``[K, T*n]`` data), with its own clip,
-        value and entropy weights, and the ``[5, K]`` statistics."""
-        cfg, ac, hp = self.config, self.ac, self.hp
+    def loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w) -> PPOLossTerms:
+        """Each member's PPO loss on its own minibatch (positions ``idx`` of its
+        own ``[K, T*n]`` data): FastPPO's ``ppo_loss`` over the member axis, with
+        each member's clip, value and entropy weights; ``loss`` ``[K]``, ``stats``
+        ``[5, K]``."""
+        cfg, module, hp = self.config, self.module, self.hp
         wi = w[:, idx] if w is not None else None
-        logp, entropy = ac.evaluate_actions(obs[:, idx], actions[:, idx])
-        log_ratio = logp - old_logp[:, idx]
-        ratio = log_ratio.exp()
+        denom = wi.sum(-1).clamp_min(1.0) if wi is not None else None
+        logp, entropy = module.evaluate_actions(obs[:, idx], actions[:, idx])
         a = adv[:, idx]
         if cfg.normalize_advantages:
-            a = member_standardize(a, wi)
-        clip = hp["clip_param"].unsqueeze(1)
-        surr = torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a)
-        pg_loss = -member_mean(surr, wi)
-        v = ac.value(critic_in[:, idx])
-        tgt = targets[:, idx]
-        vf = (v - tgt) ** 2
-        if cfg.vf_clip_param is not None:
-            ov = old_v[:, idx]
-            v_clip = ov + (v - ov).clamp(-cfg.vf_clip_param, cfg.vf_clip_param)
-            vf = torch.max(vf, (v_clip - tgt) ** 2)
-        vf_loss = 0.5 * member_mean(vf, wi)
-        ent = member_mean(entropy, wi)
-        loss = pg_loss + hp["vf_loss_coeff"] * vf_loss - hp["entropy_coeff"] * ent
-        ratio_d, log_ratio_d = ratio.detach(), log_ratio.detach()
-        kl = member_mean((ratio_d - 1) - log_ratio_d, wi)
-        clipfrac = member_mean(((ratio_d - 1).abs() > clip).float(), wi)
-        return loss, torch.stack([pg_loss.detach(), vf_loss.detach(), ent.detach(), kl, clipfrac])
+            a = standardize(a, wi, dim=-1)
+        v = module.value(critic_in[:, idx])
+        return ppo_loss(logp, entropy, old_logp[:, idx], a, v, targets[:, idx], old_v[:, idx],
+                        clip_param=hp["clip_param"].unsqueeze(1), vf_clip_param=cfg.vf_clip_param,
+                        vf_loss_coeff=hp["vf_loss_coeff"], entropy_coeff=hp["entropy_coeff"], w=wi, denom=denom,
+                        dim=-1)
+
+    def _summed_loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w):
+        """The members' losses summed (member k's parameters get only member k's
+        gradient) and their ``[5, K]`` statistics: the update step's forward."""
+        terms = self.loss(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
+        return terms.loss.sum(), terms.stats
 
     def learn(self, batch) -> None:
         """``num_epochs`` x ``num_minibatches`` steps of every member at once."""
@@ -347,24 +319,24 @@ class PopPPO(PopulationAlgorithm):
         critic_in = self.by_member(self.critic_key)
         B = self.horizon * self.n
         mb = B // cfg.num_minibatches
-        stats = torch.zeros(5, K, device=device)
+        loss_stats = torch.zeros(5, K, device=device)
         for _ in range(cfg.num_epochs):
             perm = torch.randperm(B, device=device)
             epoch_kl = torch.zeros(K, device=device)
             for i in range(cfg.num_minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
-                loss, mstats = self.loss_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
+                loss, minibatch_stats = self.loss_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
                 self.optimizer.step(torch.autograd.grad(loss, self.params))
                 with torch.no_grad():
-                    stats += mstats
-                    epoch_kl += mstats[3]
+                    loss_stats += minibatch_stats
+                    epoch_kl += minibatch_stats[3]
             if cfg.adaptive_lr_kl_target is not None:
                 self.optimizer.adapt(epoch_kl, cfg.num_minibatches, self.hp["adaptive_lr_kl_target"],
                                      self.hp.applied.get("adaptive_lr_kl_target"))
-        stats /= cfg.num_epochs * cfg.num_minibatches
+        loss_stats /= cfg.num_epochs * cfg.num_minibatches
         for i, key in enumerate(self.LOSS_STATS):
-            self.log_learner(key, stats[i].mean())
-        self.last_loss_stats = stats
+            self.log_learner(key, loss_stats[i].mean())
+        self.last_loss_stats = loss_stats
         self.log_learner("curr_lr", self.optimizer.lr.mean())
 
     # -- PBT and live hyperparameters ----------------------------------------------------------------------
@@ -387,7 +359,7 @@ class PopPPO(PopulationAlgorithm):
         state and value normalisers (one stacked module), the Adam moments and
         step counts (or a fresh optimizer, ``pbt_exploit_optimizer='reset'``)
         and the adaptive lr."""
-        copy_members(self.ac, src, dst)
+        copy_members(self.module, src, dst)
         lr = self.optimizer.lr
         if self.config.pbt_exploit_optimizer == "copy":
             self.optimizer.copy_members(src, dst)
@@ -398,19 +370,31 @@ class PopPPO(PopulationAlgorithm):
         self.lr_applied[dst] = self.hp["lr"][src].clone()
 
     # -- state ----------------------------------------------------------------------------------------------
+    def apply_live_hyperparameters(self) -> None:
+        """Trial-level config values that changed go to every member (``pbt.apply_config``)."""
+        self.pbt.apply_config(self.config)
+
     def stateful_components(self) -> Dict[str, Any]:
-        return {**FastAlgorithm.stateful_components(self), "returns": self.returns, "rng": self.rng,
-                "host_rng": StateAdapter.numpy_generator(self.host_rng), "hp": self.hp, "module": self.ac,
+        return {**super().stateful_components(), **self.pbt.stateful_components(), "module": self.module,
                 "optimizer": self.optimizer, "lr_applied": StateAdapter.tensor(self.lr_applied)}
 
     def extra_state(self) -> Dict[str, Any]:
-        return {**super().extra_state(), "any_invalid": self.any_invalid}
+        return {**super().extra_state(), **self.pbt.extra_state(), "env_steps": self.env_steps,
+                "num_updates": self.num_updates, "any_invalid": self.any_invalid}
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
-        FastAlgorithm.set_extra_state(self, state)
-        for k in ("env_steps", "num_updates", "update_credit", "last_pbt", "pbt_rounds", "episodes_logged",
-                  "any_invalid"):
+        super().set_extra_state(state)
+        self.pbt.set_extra_state(state)
+        for k in ("env_steps", "num_updates", "any_invalid"):
             setattr(self, k, state[k])
+
+    # the members' running returns belong to the live episodes too
+    def _live_episodes(self) -> Dict[str, Any]:
+        return {**super()._live_episodes(), **self.pbt.live_episodes()}
+
+    def _keep_live_episodes(self, live: Dict[str, Any]) -> None:
+        super()._keep_live_episodes(live)
+        self.pbt.keep_live_episodes(live)
 
     def on_source_not_restored(self) -> None:
         """On-policy: nothing is stored across iterations, so nothing to cut."""

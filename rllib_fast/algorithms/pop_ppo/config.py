@@ -40,9 +40,8 @@ class PopPPOConfig(FastPPOConfig):
 
     # the prior PBT explores (and `pbt_init='sample'` draws the members from): around the
     # PPO recipes used on control tasks (rsl_rl, Isaac Lab, rl_games: lr 1e-3 with a KL
-    # target of 0.01, clip 0.2, gamma 0.99, lambda 0.95), each default inside its range.
-    # Wider draws (lr up to 1e-2 through the adaptive rule, gamma 0.95) made the best CartPole
-    # member fall from 440 to 270 within ten iterations (seed 0)
+    # target of 0.01, clip 0.2, gamma 0.99, lambda 0.95), each default inside its range and
+    # narrow enough that no member starts far from a working recipe (docs/population.md)
     MEMBER_HPARAMS: Dict[str, Any] = {
         "lr": {"loguniform": [3e-4, 3e-3]},
         "clip_param": {"uniform": [0.1, 0.3]},
@@ -52,9 +51,8 @@ class PopPPOConfig(FastPPOConfig):
         "gamma": {"uniform": [0.97, 0.995]},
         "adaptive_lr_kl_target": {"loguniform": [0.005, 0.02]},
     }
-    #: what pbt_interval='auto' means (iterations between PBT rounds): the interval of the runs
-    #: measured so far (Pendulum K=8 x 16 envs: -200 at 255k env steps, seed 0; CartPole 475 in the
-    #: learning test); other intervals were not compared
+    #: what pbt_interval='auto' means (iterations between PBT rounds): the interval the
+    #: recorded runs use (docs/population.md)
     AUTO_PBT_INTERVAL = 8
 
     HYPERPARAMETERS = {

@@ -3,7 +3,8 @@
 :class:`StackedActorCritic` holds only member-stacked tensors (every
 parameter and buffer has the member axis first): the policy and value MLPs
 (``core.stacked.StackedMLP``), the Gaussian log-std, and each member's
-observation, state and value normalisers (:class:`StackedRunningMeanStd`).
+observation, state and value normalisers (``core.normalize.RunningMeanStd``
+with a member axis).
 That is what makes a PBT exploit one ``copy_members(ac, src, dst)``: a
 member's weights and its normalisers move together, as Tune's checkpoint
 exploit moves a FastPPO trial's module.
@@ -25,58 +26,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from ...core.nets import mlp
+from ...core.normalize import RunningMeanStd
 from ...core.policy_module import live_module
 from ...core.stacked import StackedMLP, member_tensors
 from ..actor_critic import ActorCriticModule
 from ..population.module import PopulationPolicyModule
 
 _LOG_2PI = math.log(2 * math.pi)
-
-
-class StackedRunningMeanStd(nn.Module):
-    """K running mean/std normalisers (``core.normalize.RunningMeanStd``
-    member by member, with the same float64 arithmetic): ``mean``/``var``
-    ``[K, *shape]``, ``count`` ``[K]``. Inputs are ``[K, B, *shape]``."""
-
-    def __init__(self, num_members: int, shape: Sequence[int] = (), epsilon: float = 1e-4, clip: float = 10.0):
-        super().__init__()
-        self.clip, self.shape = clip, tuple(shape)
-        self.register_buffer("mean", torch.zeros((num_members, *self.shape), dtype=torch.float64))
-        self.register_buffer("var", torch.ones((num_members, *self.shape), dtype=torch.float64))
-        self.register_buffer("count", torch.full((num_members,), epsilon, dtype=torch.float64))
-
-    def _b(self, v: torch.Tensor) -> torch.Tensor:
-        """``[K]`` -> broadcastable over ``[K, *shape]``."""
-        return v.view(-1, *([1] * len(self.shape)))
-
-    @torch.no_grad()
-    def update(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> None:
-        """Merge each member's batch ``x[k]`` (``mask[k]``: rows to count) into its statistics."""
-        K = self.mean.shape[0]
-        x = x.reshape(K, -1, *self.shape).to(torch.float64)
-        w = (torch.ones(x.shape[:2], dtype=torch.float64, device=x.device) if mask is None
-             else mask.reshape(K, -1).to(torch.float64))
-        wv = w.view(*w.shape, *([1] * len(self.shape)))
-        d = x - self.mean.unsqueeze(1)
-        n = w.sum(1).clamp_min(1e-8)
-        mean_d = (d * wv).sum(1) / self._b(n)
-        batch_var = (d * d * wv).sum(1) / self._b(n) - mean_d ** 2
-        total = self.count + n
-        # RunningMeanStd's operations in its order (a population of one normalises bit for bit as FastPPO)
-        self.mean.add_(mean_d * self._b(n) / self._b(total))
-        m2 = (self.var * self._b(self.count) + batch_var * self._b(n)
-              + mean_d ** 2 * self._b(self.count) * self._b(n) / self._b(total))
-        self.var.copy_(m2 / self._b(total))
-        self.count.copy_(total)
-
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """``[K, B, *shape]`` -> normalised with each member's own statistics (clipped)."""
-        std = torch.sqrt(self.var + 1e-8).to(x.dtype).unsqueeze(1)
-        return ((x - self.mean.to(x.dtype).unsqueeze(1)) / std).clamp(-self.clip, self.clip)
-
-    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
-        std = torch.sqrt(self.var + 1e-8).to(x.dtype).unsqueeze(1)
-        return x * std + self.mean.to(x.dtype).unsqueeze(1)
 
 
 class StackedActorCritic(nn.Module):
@@ -109,16 +65,16 @@ class StackedActorCritic(nn.Module):
         self.vf.load_members(vfs)
         self.normalize_obs = bool(normalize_obs)
         self.asymmetric = state_dim is not None
-        self.obs_norm = StackedRunningMeanStd(K, (obs_dim,))
+        self.obs_norm = RunningMeanStd((obs_dim,), members=K)
         if self.asymmetric:
-            self.state_norm = StackedRunningMeanStd(K, (critic_dim,))
-        self.value_norm = StackedRunningMeanStd(K, (), clip=math.inf)
+            self.state_norm = RunningMeanStd((critic_dim,), members=K)
+        self.value_norm = RunningMeanStd((), clip=math.inf, members=K)
 
     def run(self, net: StackedMLP, x: torch.Tensor) -> torch.Tensor:
         """``net`` over ``[K, B, in]``: one batched matmul per layer for all
         members. One member runs ``nn.Linear``'s own kernel instead (its weight
         in ``nn.Linear``'s ``[out, in]`` layout): ``baddbmm`` and ``addmm`` round
-        differently (measured 2e-9 in a forward, 2e-7 in a gradient), and a
+        differently (in the last bits of a forward and of a gradient), and a
         population of one is meant to be FastPPO's run bit for bit."""
         if self.K > 1:
             return net(x)
@@ -240,7 +196,7 @@ def pop_ppo_policy_module(algo, member: Optional[int] = None) -> PopPPOPolicyMod
     mc = {"members": algo.K, "member": index, "obs_dim": algo.obs_dim, "hidden_sizes": list(cfg.hidden_sizes),
           "activation": cfg.activation, "init_log_std": cfg.init_log_std, "std_mode": cfg.std_mode,
           "normalize_obs": algo.normalize_obs, "state_dim": algo.state_dim}
-    net = algo.ac
+    net = algo.module
 
     def build():
         return PopPPOPolicyModule(observation_space=env.single_observation_space,

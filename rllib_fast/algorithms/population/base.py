@@ -8,64 +8,35 @@ Top to bottom, one ``training_step``:
 2. **store**: one lock-step write into the replay (per-member columns);
 3. **learn**: ``updates_per_step * n * rollout_length`` update steps per member,
    dispatched in chunks of ``fused_update_steps`` with no host sync inside;
-4. **PBT** (every ``pbt_interval`` update steps): truncation selection on the
-   fitness (mean of each member's last 10 returns), exploit (copy member
-   slices in place), explore (Tune's rule on the ``[K]`` hyperparameter tensors);
-5. **report**: ``population/member_i/...`` for every member and
+4. **PBT** (every ``pbt_interval`` update steps): the algorithm's
+   :class:`~.pbt.InTrialPBT` component (``self.pbt``): truncation
+   selection on the fitness (mean of each member's last 10 returns), exploit
+   (``exploit_members``: copy member slices in place), explore (Tune's rule on
+   the ``[K]`` hyperparameter tensors, ``self.hp``);
+5. **report**: the component's ``population/member_i/...`` for every member and
    ``env_runners/episode_return_mean`` = the best member's fitness, so Tune
    stoppers and schedulers work unchanged. This is the one host sync per
    iteration.
 
-Subclasses write the networks and the update (``build_learner``,
-``policy_actions``, ``update_step``, ``exploit_members``, ``learner_components``).
+This class is the replay-based population loop (act, store, fused updates);
+PBT is the component it holds (PopPPO holds the same one around FastPPO's
+on-policy parts). Subclasses write the networks and the update
+(``build_learner``, ``policy_actions``, ``update_step``, ``exploit_members``,
+``learner_components``).
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import (ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISODE_RETURN_MAX, EPISODE_RETURN_MEAN,
-                                     EPISODE_RETURN_MIN, NUM_EPISODES, NUM_EPISODES_LIFETIME)
 
 from ...core.algorithm import FastAlgorithm
 from ...core.metrics import EpisodeTracker
-from ...core.seeding import PBT_HOST, derive_seed
 from ...core.stacked import FusedSteps
-from ...core.state import StateAdapter
-from . import mutations as M
+from .pbt import InTrialPBT
 from .rng import MemberRNG
-from .tracking import MemberReturns
-
-
-class HyperparameterTensors:
-    """Member hyperparameters as ``[K]`` float tensors (checkpointed together).
-
-    ``applied`` remembers the trial-level config values last pushed into all
-    members, so a Tune PBT mutation of the trial config (a changed scalar) is
-    applied to every member while unchanged keys keep their per-member values.
-    """
-
-    def __init__(self, names, K: int, device):
-        self.names = list(names)
-        self.t: Dict[str, torch.Tensor] = {k: torch.zeros(K, device=device) for k in self.names}
-        self.applied: Dict[str, float] = {}
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        return self.t[key]
-
-    def values(self, m: int) -> Dict[str, float]:
-        return {k: float(v[m]) for k, v in self.t.items()}
-
-    def state_dict(self):
-        return {"t": {k: v.cpu().clone() for k, v in self.t.items()}, "applied": dict(self.applied)}
-
-    def load_state_dict(self, state) -> None:
-        for k, v in state["t"].items():
-            self.t[k].copy_(v)
-        self.applied = dict(state["applied"])
 
 
 class PopulationAlgorithm(FastAlgorithm):
@@ -79,26 +50,16 @@ class PopulationAlgorithm(FastAlgorithm):
                              f"num_envs_per_member = {self.K * self.n}")
         self.tracker = EpisodeTracker(env.num_envs, self.device, cfg.metrics_num_episodes_for_smoothing,
                                       source=env)
-        self.returns = MemberReturns(self.K, self.n, self.device, cfg.fitness_window)
-        self.rng = MemberRNG.from_seed(self.seed, self.K, self.device)
-        self.host_rng = np.random.default_rng(derive_seed(self.seed, PBT_HOST))  # host-side PBT draws
-        self.mutations = cfg.resolved_mutations()
-        self.hp = HyperparameterTensors(cfg.MEMBER_HPARAMS, self.K, self.device)
-        for k in self.hp.names:
-            self.hp[k].fill_(float(getattr(cfg, k)))
-            self.hp.applied[k] = getattr(cfg, k)
-        if cfg.pbt_init == "sample":
-            for k, dist in self.mutations.items():
-                for m in range(self.K):
-                    self.hp[k][m] = float(M.sample(dist, self.host_rng))
+        self.pbt = InTrialPBT(cfg, self.K, self.n, self.device, self.seed, cfg.MEMBER_HPARAMS,
+                                exploit=self.exploit_members,
+                                hyperparameters_changed=self.optimizer_hparams,
+                                sample_initial=cfg.pbt_init == "sample")
+        #: the member hyperparameters (``[K]`` tensors the update reads) and fitness: the PBT component's
+        self.hp, self.returns = self.pbt.hp, self.pbt.returns
+        self.rng = MemberRNG.from_seed(self.seed, self.K, self.device)   # the members' noise streams
         self.env_steps = 0          # total env steps (all members): host count of our own calls
         self.num_updates = 0        # update steps per member
         self.update_credit = 0.0
-        self.last_pbt = 0
-        self.pbt_interval = cfg.resolved_pbt_interval()   # None: in-trial PBT off
-        self.pbt_rounds = 0
-        self.last_pbt_info: Dict[str, Any] = {}
-        self.episodes_logged = 0
         self.build_learner()
         self._fused = FusedSteps(self.update_step, compile=cfg.compile, backend=cfg.compile_backend)
 
@@ -140,21 +101,20 @@ class PopulationAlgorithm(FastAlgorithm):
 
     # -- RLlib obligations -----------------------------------------------------------------------
     def stateful_components(self) -> Dict[str, Any]:
-        out = {**super().stateful_components(), "returns": self.returns, "rng": self.rng,
-               "host_rng": StateAdapter.numpy_generator(self.host_rng), "hp": self.hp,
+        out = {**super().stateful_components(), **self.pbt.stateful_components(), "rng": self.rng,
                **self.learner_components()}
         if self.config.checkpoint_replay:
             out["replay"] = self.replay
         return out
 
     def extra_state(self) -> Dict[str, Any]:
-        return {**super().extra_state(), "env_steps": self.env_steps, "num_updates": self.num_updates,
-                "update_credit": self.update_credit, "last_pbt": self.last_pbt, "pbt_rounds": self.pbt_rounds,
-                "episodes_logged": self.episodes_logged}
+        return {**super().extra_state(), **self.pbt.extra_state(), "env_steps": self.env_steps,
+                "num_updates": self.num_updates, "update_credit": self.update_credit}
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         super().set_extra_state(state)
-        for k in ("env_steps", "num_updates", "update_credit", "last_pbt", "pbt_rounds", "episodes_logged"):
+        self.pbt.set_extra_state(state)
+        for k in ("env_steps", "num_updates", "update_credit"):
             setattr(self, k, state[k])
         if not self.config.checkpoint_replay:
             self.replay.clear()   # saved without its replay: restored, it holds none (as FastDQN)
@@ -164,22 +124,15 @@ class PopulationAlgorithm(FastAlgorithm):
 
     # members' fitness comes from `self.returns`: its running returns belong to the live episodes too
     def _live_episodes(self) -> Dict[str, Any]:
-        return {**super()._live_episodes(), "member_returns": self.returns.in_flight()}
+        return {**super()._live_episodes(), **self.pbt.live_episodes()}
 
     def _keep_live_episodes(self, live: Dict[str, Any]) -> None:
         super()._keep_live_episodes(live)
-        self.returns.set_in_flight(live["member_returns"])
+        self.pbt.keep_live_episodes(live)
 
     def apply_live_hyperparameters(self) -> None:
-        """Trial-level config values that changed since last applied (Tune PBT
-        across trials mutated them) go to every member; others keep per-member values."""
-        cfg = self.config
-        for k in self.hp.names:
-            value = getattr(cfg, k)
-            if self.hp.applied.get(k) != value:
-                self.hp[k].fill_(float(value))
-                self.hp.applied[k] = value
-        self.optimizer_hparams()
+        """Trial-level config values that changed go to every member (``pbt.apply_config``)."""
+        self.pbt.apply_config(self.config)
 
     def get_module(self, module_id: str = DEFAULT_MODULE_ID, member: Optional[int] = None):
         """One member's greedy policy as an RLModule: the best member by fitness
@@ -189,14 +142,12 @@ class PopulationAlgorithm(FastAlgorithm):
         return population_policy_module(self, member)
 
     def best_member(self) -> int:
-        fit = self.returns.fitness()
-        fit = torch.nan_to_num(fit, nan=-math.inf)
-        return int(fit.argmax())
+        return self.pbt.best_member()
 
     def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
         """Actions of the best member (by fitness) for a batch of observations."""
         with torch.no_grad():
-            best = self.best_member()
+            best = self.pbt.best_member()
             x = obs.unsqueeze(0).expand(self.K, *obs.shape)
             return self.policy_actions(x, explore)[best]
 
@@ -214,11 +165,10 @@ class PopulationAlgorithm(FastAlgorithm):
             n_updates = int(self.update_credit)
             self.update_credit -= n_updates
             with self.metrics.log_time(("timers", "learn")):
-                self.learn(n_updates)
-        pbt_info = None
-        if self.pbt_interval is not None and self.num_updates - self.last_pbt >= self.pbt_interval:
-            pbt_info = self.pbt_round()
-        self._report(n_updates, pbt_info)
+                self.run_updates(n_updates)
+        if self.pbt.due(self.num_updates):
+            self.pbt.round(self.num_updates)
+        self._report(n_updates)
 
     @torch.no_grad()
     def _rollout(self, steps: int) -> None:
@@ -244,7 +194,8 @@ class PopulationAlgorithm(FastAlgorithm):
     def to_replay_action(self, action: torch.Tensor) -> torch.Tensor:
         return action
 
-    def learn(self, n_updates: int) -> None:
+    def run_updates(self, n_updates: int) -> None:
+        """``n_updates`` update steps of every member, in fused chunks."""
         chunk = self.config.fused_update_steps
         done = 0
         while done < n_updates:
@@ -253,84 +204,9 @@ class PopulationAlgorithm(FastAlgorithm):
             done += k
         self.num_updates += n_updates
 
-    # -- in-trial PBT ---------------------------------------------------------------------------------
-    def select(self, fitness: np.ndarray):
-        """Truncation selection: (bottom members, their donors from the top)."""
-        cfg, g = self.config, self.host_rng
-        q = cfg.pbt_replaced()
-        fit = np.where(np.isnan(fitness), -np.inf, fitness)
-        order = np.argsort(fit, kind="stable")          # ascending
-        bottom, top = order[:q], order[::-1][:q]
-        donors = top[g.integers(0, len(top), size=q)] if q else top[:0]
-        return bottom, donors
-
-    def pbt_round(self) -> Dict[str, Any]:
-        """Exploit (copy the donors' slices) and explore (new hyperparameters) once."""
-        cfg = self.config
-        fitness = self.returns.fitness().cpu().numpy()
-        if np.isnan(fitness).any():
-            # A member without a finished episode (since the start or its last exploit) has
-            # no fitness; ranking it last would replace it again before it could show
-            # anything, and let the truly worst member escape. The round waits (it is
-            # retried every iteration until every member has one).
-            return {}
-        bottom, donors = self.select(fitness)
-        self.last_pbt = self.num_updates
-        self.pbt_rounds += 1
-        if len(bottom) == 0:
-            return {}
-        dst = torch.as_tensor(bottom, device=self.device, dtype=torch.long)
-        src = torch.as_tensor(donors, device=self.device, dtype=torch.long)
-        self.exploit_members(src, dst)
-        for k in self.hp.names:                                  # inherit, then explore
-            self.hp[k][dst] = self.hp[k][src].clone()
-        g = self.host_rng
-        spec = cfg.hyperparameter_spec()
-        for m in bottom.tolist():
-            for k, dist in self.mutations.items():
-                current = float(self.hp[k][m])
-                value, _ = M.explore(int(round(current)) if M.integer_prior(dist) else current, dist, g,
-                                     cfg.pbt_resample_probability, cfg.pbt_perturbation_factors)
-                self.hp[k][m] = M.within(float(value), spec.get(k))
-        self.optimizer_hparams()
-        # the replaced members' episodes running now began under the policies they lost:
-        # they do not count towards the new members' fitness
-        self.returns.reset_members(dst, discard_in_flight=True)
-        self.last_pbt_info = {"replaced": bottom.tolist(), "donors": donors.tolist()}
-        return self.last_pbt_info
-
     # -- reporting ------------------------------------------------------------------------------------------
-    def _report(self, n_updates: int, pbt_info: Optional[Dict[str, Any]]) -> None:
-        cfg = self.config
-        fit = self.returns.fitness().cpu().numpy()
-        lens = self.returns.mean_length().cpu().numpy()
-        hp = {k: v.cpu().numpy() for k, v in self.hp.t.items()}
-        finite = fit[~np.isnan(fit)]
-        best = int(np.argmax(np.where(np.isnan(fit), -np.inf, fit)))
-        for m in range(self.K):
-            self.metrics.log_value(("population", f"member_{m}", EPISODE_RETURN_MEAN), float(fit[m]), window=1)
-            for k, v in hp.items():
-                self.metrics.log_value(("population", f"member_{m}", k), float(v[m]), window=1)
-        self.metrics.log_value(("population", "best_member"), best, window=1)
-        self.metrics.log_value(("population", "fitness_mean"), float(finite.mean()) if finite.size else math.nan,
-                               window=1)
-        self.metrics.log_value(("population", "num_updates_lifetime"), self.num_updates, window=1)
-        self.metrics.log_value(("population", "pbt_rounds"), self.pbt_rounds, window=1)
-        self.metrics.log_value(("population", "compile_time_s"), getattr(getattr(self, "_fused", None),
-                                                                          "compile_time_s", 0.0), window=1)
-        best_ret = float(fit[best]) if finite.size else math.nan
-        self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN), best_ret, window=1)
-        self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN), float(lens[best]), window=1)
-        self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MAX),
-                               float(finite.max()) if finite.size else math.nan, window=1)
-        self.metrics.log_value((ENV_RUNNER_RESULTS, EPISODE_RETURN_MIN),
-                               float(finite.min()) if finite.size else math.nan, window=1)
-        episodes = int(self.returns.episodes.sum())
-        self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES), episodes - self.episodes_logged, reduce="sum")
-        self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_EPISODES_LIFETIME), episodes - self.episodes_logged,
-                               reduce="lifetime_sum")
-        self.episodes_logged = episodes
+    def _report(self, n_updates: int) -> None:
+        self.pbt.report(self.metrics, self.num_updates, getattr(getattr(self, "_fused", None), "compile_time_s", 0.0))
         self.tracker.log_source_metrics(self.metrics)   # the source's own (e.g. envpool's reward terms)
-        trained = self.trained_env_steps(n_updates)
-        self.log_trained_steps(trained)
+        self.log_trained_steps(self.trained_env_steps(n_updates))
         self.log_learner("num_updates_lifetime", self.num_updates)

@@ -115,7 +115,7 @@ class CEMRL(PopTD3):
         if self.member_env_steps >= cfg.learning_starts and self.prev_generation_steps > 0 and self.n_trained > 0:
             n_updates = int(cfg.cem_grad_steps_per_env_step * self.prev_generation_steps)
             with self.metrics.log_time(("timers", "learn")):
-                self.learn(n_updates)
+                self.run_updates(n_updates)
             params = flat_members(self.actor)          # trained members changed
         with self.metrics.log_time(("timers", "rollout")):
             steps, episode_steps = self._evaluate_generation()
@@ -125,7 +125,7 @@ class CEMRL(PopTD3):
         self.last_fitness = fitness
         self.cem_update(params, fitness)
         self.generation += 1
-        self._report(n_updates, None)
+        self._report(n_updates)
         self.metrics.log_value(("population", "generation"), self.generation, window=1)
         self.metrics.log_value(("population", "cem_mean_std"), self.var.sqrt().mean(), window=1)
 

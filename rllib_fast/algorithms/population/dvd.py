@@ -51,9 +51,9 @@ class DvD(PopTD3):
         i = bisect.bisect_right([s for s, _ in sched], self.env_steps) - 1
         return sched[i][1] if i >= 0 else 0.0
 
-    def learn(self, n_updates: int) -> None:
+    def run_updates(self, n_updates: int) -> None:
         self.div_weight.fill_(self.diversity_weight())
-        super().learn(n_updates)
+        super().run_updates(n_updates)
 
     def update_step(self) -> None:
         """TD3's update with the population's diversity as an extra policy loss term."""
@@ -69,8 +69,8 @@ class DvD(PopTD3):
         self.last_logdet = rbf_logdet(emb, cfg.dvd_rbf_scale, cfg.dvd_jitter)
         return self.last_logdet
 
-    def _report(self, n_updates, pbt_info) -> None:
-        super()._report(n_updates, pbt_info)
+    def _report(self, n_updates) -> None:
+        super()._report(n_updates)
         self.metrics.log_value(("population", "diversity_weight"), self.diversity_weight(), window=1)
         if self.last_logdet is not None:
             self.metrics.log_value(("population", "diversity_logdet"), self.last_logdet.detach(), window=1)

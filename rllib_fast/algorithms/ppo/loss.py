@@ -5,6 +5,12 @@ Every mean is :func:`..onpolicy.masked_mean`: over the transitions the
 weights ``w`` mark valid, divided by ``denom`` (with data-parallel learners
 the global valid count / L, so the learners' averaged gradient is the masked
 mean over all their data). ``w`` and ``denom`` None: a plain mean.
+
+Every function also serves a population's batch (PopPPO): with ``dim=-1`` the
+inputs carry a leading member axis (``[K, B]``), each mean is one per member
+(``[K]``), and the coefficients may be per-member tensors (``clip`` ``[K, 1]``,
+loss weights ``[K]``), so each member's loss sees only its own settings and a
+population of one computes what FastPPO computes.
 """
 from __future__ import annotations
 
@@ -19,17 +25,17 @@ class PPOLossTerms(NamedTuple):
     """One minibatch's PPO loss and its detached statistics."""
 
     loss: torch.Tensor
-    stats: torch.Tensor   # [policy loss, value loss, entropy, KL, clip fraction]
+    stats: torch.Tensor   # [policy loss, value loss, entropy, KL, clip fraction] (each [K] with a member axis)
 
 
-def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip: float, w=None, denom=None) -> torch.Tensor:
+def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip, w=None, denom=None, dim=None) -> torch.Tensor:
     """Schulman et al.'s clipped surrogate as a loss: ``-mean(min(r A, clip(r, 1-e, 1+e) A))``."""
     surr = torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
-    return -masked_mean(surr, w, denom)
+    return -masked_mean(surr, w, denom, dim)
 
 
 def clipped_value_loss(v: torch.Tensor, targets: torch.Tensor, old_v: torch.Tensor, clip: Optional[float],
-                       w=None, denom=None) -> torch.Tensor:
+                       w=None, denom=None, dim=None) -> torch.Tensor:
     """``0.5 * mean(max((v - R)^2, (v_clip - R)^2))`` with ``v_clip`` the value
     moved at most ``clip`` from the value that acted (``clip`` None: the
     plain squared error)."""
@@ -37,42 +43,46 @@ def clipped_value_loss(v: torch.Tensor, targets: torch.Tensor, old_v: torch.Tens
     if clip is not None:
         v_clip = old_v + (v - old_v).clamp(-clip, clip)
         vf = torch.max(vf, (v_clip - targets) ** 2)
-    return 0.5 * masked_mean(vf, w, denom)
+    return 0.5 * masked_mean(vf, w, denom, dim)
 
 
-def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor, w=None, denom=None) -> torch.Tensor:
+def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor, w=None, denom=None, dim=None) -> torch.Tensor:
     """KL(old || new) estimated as ``mean((r - 1) - log r)`` (Schulman's k3:
     unbiased, never negative): what the adaptive-KL lr reads."""
-    return masked_mean((ratio - 1) - log_ratio, w, denom)
+    return masked_mean((ratio - 1) - log_ratio, w, denom, dim)
 
 
-def clip_fraction(ratio: torch.Tensor, clip: float, w=None, denom=None) -> torch.Tensor:
+def clip_fraction(ratio: torch.Tensor, clip, w=None, denom=None, dim=None) -> torch.Tensor:
     """Share of transitions whose ratio left ``[1 - clip, 1 + clip]``."""
-    return masked_mean(((ratio - 1).abs() > clip).float(), w, denom)
+    return masked_mean(((ratio - 1).abs() > clip).float(), w, denom, dim)
 
 
 def ppo_loss(logp: torch.Tensor, entropy: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
-             v: torch.Tensor, targets: torch.Tensor, old_v: torch.Tensor, *, clip_param: float,
-             vf_clip_param: Optional[float], vf_loss_coeff: float, entropy_coeff: float,
-             w=None, denom=None, kl_old_logp: Optional[torch.Tensor] = None) -> PPOLossTerms:
+             v: torch.Tensor, targets: torch.Tensor, old_v: torch.Tensor, *, clip_param,
+             vf_clip_param: Optional[float], vf_loss_coeff, entropy_coeff,
+             w=None, denom=None, kl_old_logp: Optional[torch.Tensor] = None, dim: Optional[int] = None
+             ) -> PPOLossTerms:
     """The PPO objective on one minibatch from the policy's log-probabilities
     and entropies and the critic's values (advantages already standardised
     where asked): ``pg + vf_coeff * vf - ent_coeff * entropy``. The KL statistic
     is measured from ``old_logp`` (the behaviour) or, when given, from
-    ``kl_old_logp`` (the policy at the update's start: ``kl_reference``)."""
+    ``kl_old_logp`` (the policy at the update's start: ``kl_reference``).
+    ``dim=-1``: a population's ``[K, B]`` minibatch, one loss per member
+    (``loss`` ``[K]``, ``stats`` ``[5, K]``; ``clip_param`` ``[K, 1]``, the loss
+    weights ``[K]``)."""
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
-    pg_loss = clipped_surrogate(ratio, adv, clip_param, w, denom)
-    vf_loss = clipped_value_loss(v, targets, old_v, vf_clip_param, w, denom)
-    ent = masked_mean(entropy, w, denom)
+    pg_loss = clipped_surrogate(ratio, adv, clip_param, w, denom, dim)
+    vf_loss = clipped_value_loss(v, targets, old_v, vf_clip_param, w, denom, dim)
+    ent = masked_mean(entropy, w, denom, dim)
     loss = pg_loss + vf_loss_coeff * vf_loss - entropy_coeff * ent
     ratio_d, log_ratio_d = ratio.detach(), log_ratio.detach()
     if kl_old_logp is None:
-        kl = approx_kl(ratio_d, log_ratio_d, w, denom)
+        kl = approx_kl(ratio_d, log_ratio_d, w, denom, dim)
     else:
         kl_log_ratio = logp.detach() - kl_old_logp
-        kl = approx_kl(kl_log_ratio.exp(), kl_log_ratio, w, denom)
-    clipfrac = clip_fraction(ratio_d, clip_param, w, denom)
+        kl = approx_kl(kl_log_ratio.exp(), kl_log_ratio, w, denom, dim)
+    clipfrac = clip_fraction(ratio_d, clip_param, w, denom, dim)
     return PPOLossTerms(loss, torch.stack([pg_loss.detach(), vf_loss.detach(), ent.detach(), kl, clipfrac]))
 
 
@@ -89,13 +99,14 @@ def analytic_kl(old_p: torch.Tensor, old_log_std: Optional[torch.Tensor], p: tor
             / (2.0 * torch.exp(2.0 * log_std)) - 0.5).sum(-1)
 
 
-def kl_adapted_lr(lr, kl, target: float, low: float, high: float, grow_at_zero: bool = True):
+def kl_adapted_lr(lr, kl, target, low: float, high: float, grow_at_zero: bool = True):
     """The adaptive-KL rule (rl_games/rsl_rl): lr / 1.5 (not below ``low``) when
     the KL overshoots twice the target, lr * 1.5 (not above ``high``) when it is
     under half (and, with ``grow_at_zero`` False, above 0: rsl_rl's per-minibatch
-    rule, whose first minibatch has KL exactly 0). Floats on the host; 0-d tensors
-    on the device (no host sync: the form a per-minibatch adaptation with a tensor
-    lr uses)."""
+    rule, whose first minibatch has KL exactly 0). Floats on the host; tensors on
+    the device (no host sync: the form a per-minibatch adaptation with a tensor
+    lr uses), 0-d or with a leading member axis (PopPPO: ``lr``, ``kl`` and
+    ``target`` ``[K]``, each member adapted to its own KL and target)."""
     if torch.is_tensor(kl):
         lr = torch.as_tensor(lr, dtype=kl.dtype, device=kl.device)
         grow = kl < 0.5 * target
