@@ -293,6 +293,7 @@ THRESHOLD = -250.0
 PENDULUM = {k: v for k, v in preset("DDPGN", "Pendulum").items() if k != "num_envs"}
 
 
+@pytest.mark.slow
 def test_ddpgn_with_c51_and_layer_norm_learns_pendulum():
     algo = DDPGNConfig().environment("Pendulum", num_envs=64).training(
         **PENDULUM, distributional=True, num_atoms=51, v_min=-100.0, v_max=0.0, layer_norm=True,
