@@ -324,3 +324,16 @@ def test_pql_runs_the_recipe_end_to_end_on_its_default_backend():
         assert -100.0 <= r["q_mean"] <= 0.0
     finally:
         algo.stop()
+
+
+def test_critic_hidden_sizes_shape_the_critics_only():
+    algo = DDPGNConfig().environment("Pendulum", num_envs=4).training(
+        hidden_sizes=[8], critic_hidden_sizes=[32, 16], buffer_size=400).debugging(seed=0).build_algo()
+    try:
+        widths = [m.out_features for m in algo.v.critic.q1 if isinstance(m, torch.nn.Linear)]
+        assert widths == [32, 16, 1]
+        assert [m.out_features for m in algo.p.policy.net if isinstance(m, torch.nn.Linear)] == [8, 1]
+    finally:
+        algo.stop()
+    with pytest.raises(ValueError, match=r"`critic_hidden_sizes`.*non-empty list of positive ints"):
+        DDPGNConfig().environment("Pendulum").training(critic_hidden_sizes=[]).validate()

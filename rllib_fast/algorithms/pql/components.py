@@ -109,7 +109,7 @@ def make_policy(cfg, dims: Dims):
 
 def make_critic(cfg, dims: Dims) -> DoubleQ:
     atoms = cfg.num_atoms if cfg.distributional else 1
-    return DoubleQ(dims.critic_dim, dims.act_dim, cfg.resolved_hidden(dims.obs_dim), cfg.activation, atoms,
+    return DoubleQ(dims.critic_dim, dims.act_dim, cfg.resolved_critic_hidden(dims.obs_dim), cfg.activation, atoms,
                    cfg.v_min, cfg.v_max, cfg.layer_norm)
 
 

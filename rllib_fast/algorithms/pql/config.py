@@ -52,8 +52,11 @@ class PQLFamilyConfig(FastConfig):
         "actor_lr": Param(None, "policy learning rate (None: `lr`)", low=0.0, low_open=True, optional=True,
                           live=True),
         "weight_decay": Param(0.01, "AdamW weight decay of both networks' optimizers (PyTorch's default, as PQL's reference code; FastTD3: 0.1)", low=0.0),
-        "hidden_sizes": Param("auto", "MLP sizes of policy and critics ('auto': [512, 256, 128] for obs_dim >= 16, "
-                              "else [128, 128])", (str, list, tuple), check=AUTO_OR_INT_LIST),
+        "hidden_sizes": Param("auto", "MLP sizes of the policy, and of the critics unless critic_hidden_sizes is "
+                              "set ('auto': [512, 256, 128] for obs_dim >= 16, else [128, 128])", (str, list, tuple), check=AUTO_OR_INT_LIST),
+        "critic_hidden_sizes": Param(None, "MLP sizes of the critics when they differ from the policy's (None: "
+                                     "hidden_sizes; FastTD3: critic [1024, 512, 256], actor [512, 256, 128])",
+                                     (str, list, tuple), check=AUTO_OR_INT_LIST, optional=True),
         "activation": Param("elu", "hidden activation", (str,), choices=tuple(ACTIVATIONS)),
         "obs_norm": Param(True, "normalise observations with the Actor's running mean/std (on the device; learners use the copy shipped with each batch, so acting and learning normalise alike)",
                           (bool,)),
@@ -118,7 +121,14 @@ class PQLFamilyConfig(FastConfig):
         return self.batch_size if self.batch_size != "auto" else int(min(8192, max(256, 2 * self.num_envs)))
 
     def resolved_hidden(self, obs_dim: int) -> list:
+        """The policy's hidden sizes."""
         return auto_hidden_sizes(self.hidden_sizes, obs_dim, large=(512, 256, 128))
+
+    def resolved_critic_hidden(self, obs_dim: int) -> list:
+        """The critics' hidden sizes: ``critic_hidden_sizes``, or the policy's when None.
+        ``obs_dim`` is the policy's observation width ('auto' sizes both by it)."""
+        setting = self.hidden_sizes if self.critic_hidden_sizes is None else self.critic_hidden_sizes
+        return auto_hidden_sizes(setting, obs_dim, large=(512, 256, 128))
 
     def resolved_learning_starts(self) -> int:
         return self.resolved_batch_size() if self.learning_starts == "auto" else int(self.learning_starts)
