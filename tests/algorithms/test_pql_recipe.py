@@ -312,8 +312,8 @@ def test_ddpgn_with_c51_and_layer_norm_learns_pendulum():
 
 def test_pql_runs_the_recipe_end_to_end_on_its_default_backend():
     cfg = PQLConfig().environment("Pendulum", num_envs=16).training(
-        hidden_sizes=[16], critic_hidden_sizes=[32, 32], batch_size=64, steps_per_iteration=40, warmup_steps=2, distributional=True,
-        num_atoms=21, v_min=-100.0, v_max=0.0, layer_norm=True, noise_type="mixed_random", weight_decay=0.1,
+        hidden_sizes=[16], critic_hidden_sizes=[32, 32], batch_size=64, steps_per_iteration=40, warmup_steps=2,
+        distributional=True,        num_atoms=21, v_min=-100.0, v_max=0.0, layer_norm=True, noise_type="mixed_random", weight_decay=0.1,
         beta_av=2.0).debugging(seed=0)
     assert cfg.resolved_backend() == "process"
     algo = cfg.build_algo()

@@ -46,6 +46,10 @@ from .targets import (clipped_double_q_target, decayed_sigma, distributional_dou
 
 Stats = Tuple[torch.Tensor, torch.Tensor]
 
+#: offset of the 'mixed_random' sigma generator's seed from the run's seed (any constant that
+#: keeps it off the seeds the run's other generators use)
+_SIGMA_SEED_SALT = 0x5EED_5167
+
 
 @dataclass
 class LiveParams:
@@ -142,11 +146,13 @@ class ActorRole:
                                                     device)
         # σ per env slot: 'mixed' spreads it over the global env index (fixed across resets);
         # 'mixed_random' draws it per env and redraws it at that env's episode end, from the
-        # Actor's own generator (so the draws neither consume nor depend on anyone else's stream)
+        # Actor's own generator (so the draws neither consume nor depend on anyone else's
+        # stream). Its seed is derived from the run's seed, not equal to it: a generator seeded
+        # like the global one would repeat the global stream's numbers (the env's start states)
         self.noise_generator = None
         if cfg.noise_type == "mixed_random":
             self.noise_generator = torch.Generator(device=device)
-            self.noise_generator.manual_seed(int(seed) * 1_000_003 + int(env_offset) + 0x5EED)
+            self.noise_generator.manual_seed(_SIGMA_SEED_SALT + int(seed) * 65_537 + int(env_offset))
             self.sigma_table = redrawn_sigma(torch.zeros(num_envs, device=device),
                                              torch.ones(num_envs, dtype=torch.bool, device=device),
                                              cfg.noise_std_min, cfg.noise_std_max, self.noise_generator)

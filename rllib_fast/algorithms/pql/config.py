@@ -51,15 +51,17 @@ class PQLFamilyConfig(FastConfig):
         "tau": Param(0.05, "soft target update per critic update", low=0.0, high=1.0, low_open=True, live=True),
         "actor_lr": Param(None, "policy learning rate (None: `lr`)", low=0.0, low_open=True, optional=True,
                           live=True),
-        "weight_decay": Param(0.01, "AdamW weight decay of both networks' optimizers (PyTorch's default, as PQL's reference code; FastTD3: 0.1)", low=0.0),
+        "weight_decay": Param(0.01, "AdamW weight decay of both networks' optimizers (PyTorch's default, as PQL's "
+                              "reference code; FastTD3: 0.1)", low=0.0),
         "hidden_sizes": Param("auto", "MLP sizes of the policy, and of the critics unless critic_hidden_sizes is "
-                              "set ('auto': [512, 256, 128] for obs_dim >= 16, else [128, 128])", (str, list, tuple), check=AUTO_OR_INT_LIST),
+                              "set ('auto': [512, 256, 128] for obs_dim >= 16, else [128, 128])", (str, list, tuple),
+                              check=AUTO_OR_INT_LIST),
         "critic_hidden_sizes": Param(None, "MLP sizes of the critics when they differ from the policy's (None: "
                                      "hidden_sizes; FastTD3: critic [1024, 512, 256], actor [512, 256, 128])",
                                      (str, list, tuple), check=AUTO_OR_INT_LIST, optional=True),
         "activation": Param("elu", "hidden activation", (str,), choices=tuple(ACTIVATIONS)),
-        "obs_norm": Param(True, "normalise observations with the Actor's running mean/std (on the device; learners use the copy shipped with each batch, so acting and learning normalise alike)",
-                          (bool,)),
+        "obs_norm": Param(True, "normalise observations with the Actor's running mean/std (on the device; learners "
+                          "use the copy shipped with each batch, so acting and learning normalise alike)", (bool,)),
         "asymmetric_critic": ASYMMETRIC_CRITIC,
         "obs_clip": Param(5.0, "clamp normalised observations to +-obs_clip", low=0.0, low_open=True),
         "reward_scale": Param(1.0, "multiply rewards before storing", low=0.0, low_open=True),
@@ -68,12 +70,12 @@ class PQLFamilyConfig(FastConfig):
         "learning_starts": Param("auto", "stored transitions before learning ('auto': batch_size)", (str, int),
                                  check=AUTO_INT),
         "noise_type": Param("mixed", "exploration noise of the deterministic policy: 'mixed' (PQL: sigma per env "
-                            "slot linearly spaced over the global env index in [noise_std_min, noise_std_max], fixed), "
-                            "'mixed_random' (FastTD3: sigma per env drawn uniformly from [noise_std_min, noise_std_max] "
-                            "and redrawn at that env's episode end) or 'fixed' (one sigma, noise_std, optionally "
-                            "decayed)", (str,), choices=("mixed", "mixed_random", "fixed")),
-        "noise_std_min": Param(0.05, "mixed / mixed_random noise: the smallest sigma (and the floor of decay "
-                               "schedules)", low=0.0),
+                            "slot linearly spaced over the global env index in [noise_std_min, noise_std_max], "
+                            "fixed), 'mixed_random' (FastTD3: sigma per env drawn uniformly from [noise_std_min, "
+                            "noise_std_max] and redrawn at that env's episode end) or 'fixed' (one sigma, noise_std, "
+                            "optionally decayed)", (str,), choices=("mixed", "mixed_random", "fixed")),
+        "noise_std_min": Param(0.05, "mixed / mixed_random noise: the smallest sigma (and the floor of "
+                               "decay schedules)", low=0.0),
         "noise_std_max": Param(0.8, "mixed / mixed_random noise: the largest sigma", low=0.0),
         "noise_std": Param(0.4, "fixed noise sigma", low=0.0),
         "noise_decay": Param(None, "fixed noise schedule over vectorised steps", (str,), choices=(None, "exp", "linear"),
@@ -99,7 +101,8 @@ class PQLFamilyConfig(FastConfig):
         "policy_learner": Param("ddpg", "policy learner: deterministic (DDPG/TD3-style) or SAC", (str,),
                                 choices=("ddpg", "sac")),
         "sac_alpha_lr": Param(0.005, "SAC temperature learning rate", low=0.0, low_open=True),
-        "sac_init_alpha": Param(0.1, "SAC initial temperature alpha, learned from there towards the target entropy (FastSAC: 0.001)", low=0.0, low_open=True),
+        "sac_init_alpha": Param(0.1, "SAC initial temperature alpha, learned from there towards the target entropy "
+                                "(FastSAC: 0.001)", low=0.0, low_open=True),
         "sac_target_entropy": Param("auto", "SAC target entropy ('auto': -action_dim)", (str, float),
                                     check=(lambda v: v == "auto" or isinstance(v, (int, float)),
                                            "'auto' or a number")),

@@ -1,10 +1,11 @@
 """Networks of PQL and its baselines: tanh policies in [-1, 1] action units,
 a twin Q critic on concat(s, a) (scalar or distributional), and SAC's squashed
 Gaussian policy. Every network is an MLP, optionally with LayerNorm after each
-hidden layer (``layer_norm``: FastTD3's and FastSAC's normalised networks). Inputs are *normalised* observations; normalisation lives
-outside the networks (the Actor owns the statistics, learners apply the
-latest ones at sample time), so networks can be shipped between components
-as plain parameter lists."""
+hidden layer (``layer_norm``: FastTD3's and FastSAC's normalised networks).
+Inputs are *normalised* observations; normalisation lives outside the
+networks (the Actor owns the statistics, learners apply the latest ones at
+sample time), so networks can be shipped between components as plain
+parameter lists."""
 from __future__ import annotations
 
 import math
@@ -21,12 +22,12 @@ def pql_mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str, o
             layer_norm: bool = False) -> nn.Sequential:
     """:func:`~rllib_fast.core.nets.mlp`, with ``layer_norm`` a LayerNorm
     between each hidden Linear and its activation (Linear -> LayerNorm ->
-    activation; the head stays a plain Linear). LayerNorm keeps the hidden
-    pre-activations at unit scale however large the batch, the learning rate or
-    the number of updates per env step, which is what lets the off-policy
-    recipes of FastTD3/FastSAC take many updates per step without the critic
-    diverging. The Linear layers are built (and initialised, drawing the same
-    random numbers) exactly as without it."""
+    activation; the head stays a plain Linear). LayerNorm keeps each hidden
+    layer's pre-activations at zero mean and unit scale per sample whatever the
+    input scale or how far the weights have drifted; the FastTD3/FastSAC recipes
+    use it to keep the critic well conditioned under large batches and several
+    updates per env step. The Linear layers are built (and initialised, drawing
+    the same random numbers) exactly as without it."""
     net = mlp(in_dim, hidden, out_dim, activation, out_gain=out_gain)
     if not layer_norm:
         return net
