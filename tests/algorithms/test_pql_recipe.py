@@ -4,9 +4,11 @@ double-Q choice over distributions, LayerNorm networks, per-env exploration σ
 redrawn at resets, their validation and exact resume, and learning Pendulum
 with the C51 critic and LayerNorm."""
 import math
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from rllib_fast.algorithms.pql import DDPGNConfig, PQLConfig, SACNConfig
 from rllib_fast.algorithms.pql.nets import DoubleQ, build_policy, pql_mlp
@@ -17,6 +19,8 @@ from rllib_fast.core.nstep import NStepAggregator
 from rllib_fast.core.qnets import categorical_projection
 from rllib_fast.envs.base import Step
 from rllib_fast.presets import preset
+
+TUNE_CONFIGS = Path(__file__).resolve().parents[2] / "tune_configs"
 
 SUPPORT = torch.linspace(0.0, 4.0, 5)   # atoms 0, 1, 2, 3, 4: atom width 1
 
@@ -337,3 +341,25 @@ def test_critic_hidden_sizes_shape_the_critics_only():
         algo.stop()
     with pytest.raises(ValueError, match=r"`critic_hidden_sizes`.*non-empty list of positive ints"):
         DDPGNConfig().environment("Pendulum").training(critic_hidden_sizes=[]).validate()
+
+
+@pytest.mark.parametrize("name", ["envpool-ant-pql.yaml", "envpool-humanoid-pql.yaml"])
+def test_shipped_envpool_recipes_train_on_the_real_tasks(name):
+    """The shipped recipe files, sizes shrunk, on envpool's MuJoCo tasks: the C51
+    critic's expected value starts inside the file's support and updates run."""
+    pytest.importorskip("envpool")
+    (spec,) = yaml.safe_load((TUNE_CONFIGS / name).read_text()).values()
+    config = {k: v for k, v in spec["config"].items() if k not in ("evaluation_interval", "seed")}
+    config.update(num_envs=8, steps_per_iteration=10, batch_size=64, buffer_size=2000, warmup_steps=2)
+    num_envs = config.pop("num_envs")
+    algo = PQLConfig().environment(spec["env"], num_envs=num_envs).training(**config) \
+        .debugging(seed=0).build_algo()
+    try:
+        assert algo.actor.noise_generator is not None
+        assert any(isinstance(m, torch.nn.LayerNorm) for m in algo.actor.policy.modules())
+        for _ in range(2):
+            r = algo.train()["learners"]["default_policy"]
+        assert r["num_critic_updates"] > 0 and math.isfinite(r["critic_loss"])
+        assert config["v_min"] <= r["q_mean"] <= config["v_max"]
+    finally:
+        algo.stop()
