@@ -136,7 +136,7 @@ def test_replay_allocates_once_reports_bytes_and_rejects_oversized():
 
 
 @pytest.mark.parametrize("key,value,allowed", [
-    ("noise_type", "gauss", "'mixed', 'fixed'"),
+    ("noise_type", "gauss", "'mixed', 'mixed_random', 'fixed'"),
     ("backend", "mpi", "'auto', 'thread', 'process', 'ray'"),
     ("policy_learner", "td3", "'ddpg', 'sac'"),
     ("batch_size", 0, "'auto' or a positive int"),

@@ -50,7 +50,7 @@ class PQLFamily(FastAlgorithm):
             raise ValueError(err)
         self.capacity = cfg.resolved_buffer_size(self.dims.obs_dim, self.dims.act_dim, self.dims.state_dim)
         self.learning_starts = cfg.resolved_learning_starts()
-        self.actor = ActorRole(cfg, self.dims, env.num_envs, self.device, space.low, space.high)
+        self.actor = ActorRole(cfg, self.dims, env.num_envs, self.device, space.low, space.high, seed=self.seed)
         self.build_roles()
 
     def build_roles(self) -> None:

@@ -1,6 +1,7 @@
 """The three roles of PQL as plain objects, used by every back-end.
 
-* :class:`ActorRole` — acting: local policy, mixed exploration noise, the
+* :class:`ActorRole` — acting: local policy, per-env exploration noise (it
+  owns the σ per env: the 'mixed' table, or the 'mixed_random' draws), the
   running observation statistics (it owns them) and n-step aggregation on its
   device. It produces ready transitions for the learners.
 * :class:`CriticLearner` (V-learner) — transition replay, twin critics and
@@ -41,9 +42,13 @@ from ...core.state import load_optimizer_state
 from ...core.transition_replay import TransitionReplay
 from .nets import DoubleQ, build_policy
 from .targets import (clipped_double_q_target, decayed_sigma, distributional_double_q_target, mixed_sigma,
-                      smoothed_target_action)
+                      redrawn_sigma, smoothed_target_action)
 
 Stats = Tuple[torch.Tensor, torch.Tensor]
+
+#: offset of the 'mixed_random' sigma generator's seed from the run's seed (any constant that
+#: keeps it off the seeds the run's other generators use)
+_SIGMA_SEED_SALT = 0x5EED_5167
 
 
 @dataclass
@@ -103,13 +108,13 @@ def critic_stats(stats: Optional[Tuple[torch.Tensor, ...]]) -> Optional[Stats]:
 
 def make_policy(cfg, dims: Dims):
     return build_policy(cfg.policy_learner, dims.obs_dim, dims.act_dim, cfg.resolved_hidden(dims.obs_dim),
-                        cfg.activation, cfg.sac_log_std_bounds, cfg.sac_init_alpha)
+                        cfg.activation, cfg.sac_log_std_bounds, cfg.sac_init_alpha, cfg.layer_norm)
 
 
 def make_critic(cfg, dims: Dims) -> DoubleQ:
     atoms = cfg.num_atoms if cfg.distributional else 1
-    return DoubleQ(dims.critic_dim, dims.act_dim, cfg.resolved_hidden(dims.obs_dim), cfg.activation, atoms,
-                   cfg.v_min, cfg.v_max)
+    return DoubleQ(dims.critic_dim, dims.act_dim, cfg.resolved_critic_hidden(dims.obs_dim), cfg.activation, atoms,
+                   cfg.v_min, cfg.v_max, cfg.layer_norm)
 
 
 def _adamw(params, lr, wd):
@@ -126,7 +131,7 @@ def _adamw(params, lr, wd):
 # ---------------------------------------------------------------------------
 class ActorRole:
     def __init__(self, cfg, dims: Dims, num_envs: int, device: torch.device, act_low, act_high, policy=None,
-                 env_offset: int = 0, total_envs: Optional[int] = None):
+                 env_offset: int = 0, total_envs: Optional[int] = None, seed: int = 0):
         self.cfg, self.dims, self.device, self.N = cfg, dims, device, num_envs
         self.policy = policy if policy is not None else make_policy(cfg, dims).to(device)
         self.rms = RunningMeanStd((dims.obs_dim,), clip=cfg.obs_clip).to(device)
@@ -139,9 +144,21 @@ class ActorRole:
             self.state_rms = RunningMeanStd((dims.state_dim,), clip=cfg.obs_clip).to(device)
             self.state_aggregator = NStepAggregator(num_envs, cfg.n_step, cfg.gamma, (dims.state_dim,), (0,),
                                                     device)
-        # σ per env slot over the global env index (fixed across resets)
-        self.sigma_table = mixed_sigma(num_envs, cfg.noise_std_min, cfg.noise_std_max, env_offset,
-                                       total_envs or num_envs, device)
+        # σ per env slot: 'mixed' spreads it over the global env index (fixed across resets);
+        # 'mixed_random' draws it per env and redraws it at that env's episode end, from the
+        # Actor's own generator (so the draws neither consume nor depend on anyone else's
+        # stream). Its seed is derived from the run's seed, not equal to it: a generator seeded
+        # like the global one would repeat the global stream's numbers (the env's start states)
+        self.noise_generator = None
+        if cfg.noise_type == "mixed_random":
+            self.noise_generator = torch.Generator(device=device)
+            self.noise_generator.manual_seed(_SIGMA_SEED_SALT + int(seed) * 65_537 + int(env_offset))
+            self.sigma_table = redrawn_sigma(torch.zeros(num_envs, device=device),
+                                             torch.ones(num_envs, dtype=torch.bool, device=device),
+                                             cfg.noise_std_min, cfg.noise_std_max, self.noise_generator)
+        else:
+            self.sigma_table = mixed_sigma(num_envs, cfg.noise_std_min, cfg.noise_std_max, env_offset,
+                                           total_envs or num_envs, device)
         self.steps = 0          # vectorised steps taken (host int)
         self._act_fn = compiled(self._policy_act, cfg.compile, device)
         self.emitted = 0        # transitions emitted to the learners (host int)
@@ -157,7 +174,7 @@ class ActorRole:
     def sigma(self) -> torch.Tensor:
         """Exploration std per env, ``[N, 1]``."""
         cfg = self.cfg
-        if cfg.noise_type == "mixed":
+        if cfg.noise_type in ("mixed", "mixed_random"):
             return self.sigma_table.unsqueeze(1)
         s = decayed_sigma(cfg.noise_std, cfg.noise_decay, self.steps, cfg.noise_decay_rate, cfg.noise_decay_steps,
                           cfg.noise_std_min)
@@ -206,6 +223,9 @@ class ActorRole:
                                                final_states, step.valid)
             if out is not None:
                 out["states"], out["next_states"] = s_out["obs"], s_out["next_obs"]
+        if self.noise_generator is not None:
+            self.sigma_table = redrawn_sigma(self.sigma_table, step.done, self.cfg.noise_std_min,
+                                             self.cfg.noise_std_max, self.noise_generator)
         self.steps += 1
         if out is not None:
             self.emitted += self.N
@@ -222,6 +242,8 @@ class ActorRole:
              "aggregator": self.aggregator.state_dict(), "steps": self.steps, "emitted": self.emitted}
         if self.state_aggregator is not None:
             s.update(state_rms=self.state_rms.state_dict(), state_aggregator=self.state_aggregator.state_dict())
+        if self.noise_generator is not None:
+            s.update(sigma_table=self.sigma_table.clone(), noise_generator=self.noise_generator.get_state())
         return s
 
     def load_state_dict(self, s: Dict[str, object]) -> None:
@@ -231,6 +253,9 @@ class ActorRole:
         if self.state_aggregator is not None:
             self.state_rms.load_state_dict(s["state_rms"])
             self.state_aggregator.load_state_dict(s["state_aggregator"])
+        if self.noise_generator is not None and "sigma_table" in s:
+            self.sigma_table = s["sigma_table"].to(self.device).clone()
+            self.noise_generator.set_state(s["noise_generator"])
         self.steps, self.emitted = int(s["steps"]), int(s["emitted"])
 
 

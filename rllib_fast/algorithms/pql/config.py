@@ -51,12 +51,17 @@ class PQLFamilyConfig(FastConfig):
         "tau": Param(0.05, "soft target update per critic update", low=0.0, high=1.0, low_open=True, live=True),
         "actor_lr": Param(None, "policy learning rate (None: `lr`)", low=0.0, low_open=True, optional=True,
                           live=True),
-        "weight_decay": Param(0.01, "AdamW weight decay (PyTorch's default, as the reference code)", low=0.0),
-        "hidden_sizes": Param("auto", "MLP sizes of policy and critics ('auto': [512, 256, 128] for obs_dim >= 16, "
-                              "else [128, 128])", (str, list, tuple), check=AUTO_OR_INT_LIST),
+        "weight_decay": Param(0.01, "AdamW weight decay of both networks' optimizers (PyTorch's default, as PQL's "
+                              "reference code; FastTD3: 0.1)", low=0.0),
+        "hidden_sizes": Param("auto", "MLP sizes of the policy, and of the critics unless critic_hidden_sizes is "
+                              "set ('auto': [512, 256, 128] for obs_dim >= 16, else [128, 128])", (str, list, tuple),
+                              check=AUTO_OR_INT_LIST),
+        "critic_hidden_sizes": Param(None, "MLP sizes of the critics when they differ from the policy's (None: "
+                                     "hidden_sizes; FastTD3: critic [1024, 512, 256], actor [512, 256, 128])",
+                                     (str, list, tuple), check=AUTO_OR_INT_LIST, optional=True),
         "activation": Param("elu", "hidden activation", (str,), choices=tuple(ACTIVATIONS)),
-        "obs_norm": Param(True, "normalise observations with the Actor's running statistics at sample time",
-                          (bool,)),
+        "obs_norm": Param(True, "normalise observations with the Actor's running mean/std (on the device; learners "
+                          "use the copy shipped with each batch, so acting and learning normalise alike)", (bool,)),
         "asymmetric_critic": ASYMMETRIC_CRITIC,
         "obs_clip": Param(5.0, "clamp normalised observations to +-obs_clip", low=0.0, low_open=True),
         "reward_scale": Param(1.0, "multiply rewards before storing", low=0.0, low_open=True),
@@ -64,10 +69,14 @@ class PQLFamilyConfig(FastConfig):
                               low=0),
         "learning_starts": Param("auto", "stored transitions before learning ('auto': batch_size)", (str, int),
                                  check=AUTO_INT),
-        "noise_type": Param("mixed", "exploration noise: per-env sigma spread or one sigma", (str,),
-                            choices=("mixed", "fixed")),
-        "noise_std_min": Param(0.05, "mixed noise: sigma of env 0 (and the floor of decay schedules)", low=0.0),
-        "noise_std_max": Param(0.8, "mixed noise: sigma of the last env", low=0.0),
+        "noise_type": Param("mixed", "exploration noise of the deterministic policy: 'mixed' (PQL: sigma per env "
+                            "slot linearly spaced over the global env index in [noise_std_min, noise_std_max], "
+                            "fixed), 'mixed_random' (FastTD3: sigma per env drawn uniformly from [noise_std_min, "
+                            "noise_std_max] and redrawn at that env's episode end) or 'fixed' (one sigma, noise_std, "
+                            "optionally decayed)", (str,), choices=("mixed", "mixed_random", "fixed")),
+        "noise_std_min": Param(0.05, "mixed / mixed_random noise: the smallest sigma (and the floor of "
+                               "decay schedules)", low=0.0),
+        "noise_std_max": Param(0.8, "mixed / mixed_random noise: the largest sigma", low=0.0),
         "noise_std": Param(0.4, "fixed noise sigma", low=0.0),
         "noise_decay": Param(None, "fixed noise schedule over vectorised steps", (str,), choices=(None, "exp", "linear"),
                              optional=True),
@@ -75,17 +84,25 @@ class PQLFamilyConfig(FastConfig):
         "noise_decay_steps": Param(10_000, "'linear' schedule length in vectorised steps", (int,), low=1),
         "target_noise": Param(0.8, "target-policy smoothing std", low=0.0),
         "target_noise_clip": Param(0.2, "target-policy smoothing clip", low=0.0),
-        "beta_av": Param(8.0, "critic updates per vectorised env step (beta_a:v = 1:beta_av)", low=0.0,
+        "beta_av": Param(8.0, "critic updates per vectorised env step (beta_a:v = 1:beta_av; DDPGN/SACN do exactly "
+                         "this many per step, fractions carried over: FastTD3's updates per step; PQL holds its "
+                         "concurrent V-learner at this ratio)", low=0.0, low_open=True),
+        "beta_pv": Param(2.0, "critic updates per policy update (beta_p:v = 1:beta_pv; TD3's policy delay)", low=0.0,
                          low_open=True),
-        "beta_pv": Param(2.0, "critic updates per policy update (beta_p:v = 1:beta_pv)", low=0.0, low_open=True),
-        "distributional": Param(False, "PQL-D: C51 critic heads (off by default; not the paper's method)", (bool,)),
-        "num_atoms": Param(51, "PQL-D atoms", (int,), low=3),
-        "v_min": Param(-10.0, "PQL-D support minimum"),
-        "v_max": Param(10.0, "PQL-D support maximum"),
+        "distributional": Param(False, "C51 critic (PQL-D, FastTD3): each twin outputs num_atoms logits over a "
+                                "fixed support [v_min, v_max], trained by cross-entropy to the projected n-step target "
+                                "distribution of the twin with the lower expected value; the policy maximises the "
+                                "expected value (off by default: scalar twin Q)", (bool,)),
+        "num_atoms": Param(51, "C51 atoms (FastTD3: 101)", (int,), low=3),
+        "v_min": Param(-10.0, "C51 support minimum (returns beyond it are clipped to it)"),
+        "v_max": Param(10.0, "C51 support maximum (returns beyond it are clipped to it)"),
+        "layer_norm": Param(False, "LayerNorm after each hidden layer of the policy and both critics "
+                            "(FastTD3/FastSAC's normalised networks; off: plain MLPs)", (bool,)),
         "policy_learner": Param("ddpg", "policy learner: deterministic (DDPG/TD3-style) or SAC", (str,),
                                 choices=("ddpg", "sac")),
         "sac_alpha_lr": Param(0.005, "SAC temperature learning rate", low=0.0, low_open=True),
-        "sac_init_alpha": Param(0.1, "SAC initial temperature", low=0.0, low_open=True),
+        "sac_init_alpha": Param(0.1, "SAC initial temperature alpha, learned from there towards the target entropy "
+                                "(FastSAC: 0.001)", low=0.0, low_open=True),
         "sac_target_entropy": Param("auto", "SAC target entropy ('auto': -action_dim)", (str, float),
                                     check=(lambda v: v == "auto" or isinstance(v, (int, float)),
                                            "'auto' or a number")),
@@ -107,7 +124,14 @@ class PQLFamilyConfig(FastConfig):
         return self.batch_size if self.batch_size != "auto" else int(min(8192, max(256, 2 * self.num_envs)))
 
     def resolved_hidden(self, obs_dim: int) -> list:
+        """The policy's hidden sizes."""
         return auto_hidden_sizes(self.hidden_sizes, obs_dim, large=(512, 256, 128))
+
+    def resolved_critic_hidden(self, obs_dim: int) -> list:
+        """The critics' hidden sizes: ``critic_hidden_sizes``, or the policy's when None.
+        ``obs_dim`` is the policy's observation width ('auto' sizes both by it)."""
+        setting = self.hidden_sizes if self.critic_hidden_sizes is None else self.critic_hidden_sizes
+        return auto_hidden_sizes(setting, obs_dim, large=(512, 256, 128))
 
     def resolved_learning_starts(self) -> int:
         return self.resolved_batch_size() if self.learning_starts == "auto" else int(self.learning_starts)
@@ -170,7 +194,12 @@ class PQLFamilyConfig(FastConfig):
             self._value_error(f"{name}: `noise_decay` = {self.noise_decay!r} applies to noise_type='fixed' only; "
                               f"allowed with noise_type={self.noise_type!r}: None")
         if self.distributional and not self.v_min < self.v_max:
-            self._value_error(f"{name}: PQL-D needs `v_min` < `v_max`; got {self.v_min}, {self.v_max}")
+            self._value_error(f"{name}: the C51 critic (distributional=True) needs `v_min` < `v_max`; got v_min = "
+                              f"{self.v_min}, v_max = {self.v_max}; allowed: v_min < v_max")
+        if self.noise_type == "mixed_random" and self.policy_learner == "sac":
+            self._value_error(f"{name}: `noise_type` = 'mixed_random' adds exploration noise to a deterministic "
+                              f"policy, but policy_learner='sac' explores by sampling; allowed with "
+                              f"policy_learner='sac': 'mixed' or 'fixed' (both unused)")
         if self.buffer_size != "auto" and self.buffer_size < self.num_envs:
             self._value_error(f"{name}: `buffer_size` = {self.buffer_size} is smaller than one write of "
                               f"`num_envs` = {self.num_envs} transitions; allowed: >= {self.num_envs}")

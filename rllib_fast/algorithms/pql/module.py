@@ -14,7 +14,7 @@ from .nets import build_policy
 
 class PQLPolicyModule(GreedyPolicyModule):
     """``model_config``: policy_learner ('ddpg' | 'sac'), hidden_sizes,
-    activation, sac_log_std_bounds, sac_init_alpha, obs_norm, obs_clip."""
+    activation, sac_log_std_bounds, sac_init_alpha, obs_norm, obs_clip, layer_norm."""
 
     def setup(self) -> None:
         mc = dict(self.model_config)
@@ -22,7 +22,8 @@ class PQLPolicyModule(GreedyPolicyModule):
         act_dim = int(np.prod(self.action_space.shape))
         self.obs_norm, self.obs_clip = bool(mc["obs_norm"]), float(mc["obs_clip"])
         self.policy = build_policy(mc["policy_learner"], obs_dim, act_dim, list(mc["hidden_sizes"]), mc["activation"],
-                                   tuple(mc["sac_log_std_bounds"]), float(mc["sac_init_alpha"]))
+                                   tuple(mc["sac_log_std_bounds"]), float(mc["sac_init_alpha"]),
+                                   bool(mc.get("layer_norm", False)))
         self.rms = RunningMeanStd((obs_dim,), clip=self.obs_clip)
         self.register_buffer("act_low", torch.as_tensor(self.action_space.low, dtype=torch.float32).reshape(-1))
         self.register_buffer("act_high", torch.as_tensor(self.action_space.high, dtype=torch.float32).reshape(-1))
@@ -45,7 +46,8 @@ def pql_policy_module(algo) -> PQLPolicyModule:
     def build():
         mc = {"policy_learner": cfg.policy_learner, "hidden_sizes": list(cfg.resolved_hidden(algo.dims.obs_dim)),
               "activation": cfg.activation, "sac_log_std_bounds": list(cfg.sac_log_std_bounds),
-              "sac_init_alpha": cfg.sac_init_alpha, "obs_norm": cfg.obs_norm, "obs_clip": cfg.obs_clip}
+              "sac_init_alpha": cfg.sac_init_alpha, "obs_norm": cfg.obs_norm, "obs_clip": cfg.obs_clip,
+              "layer_norm": cfg.layer_norm}
         return PQLPolicyModule(observation_space=env.single_observation_space, action_space=env.single_action_space,
                                inference_only=True, model_config=mc)
 

@@ -1,9 +1,11 @@
 """Networks of PQL and its baselines: tanh policies in [-1, 1] action units,
 a twin Q critic on concat(s, a) (scalar or distributional), and SAC's squashed
-Gaussian policy. Inputs are *normalised* observations; normalisation lives
-outside the networks (the Actor owns the statistics, learners apply the
-latest ones at sample time), so networks can be shipped between components
-as plain parameter lists."""
+Gaussian policy. Every network is an MLP, optionally with LayerNorm after each
+hidden layer (``layer_norm``: FastTD3's and FastSAC's normalised networks).
+Inputs are *normalised* observations; normalisation lives outside the
+networks (the Actor owns the statistics, learners apply the latest ones at
+sample time), so networks can be shipped between components as plain
+parameter lists."""
 from __future__ import annotations
 
 import math
@@ -16,14 +18,36 @@ from torch.nn import functional as F
 from ...core.nets import mlp, squashed_gaussian
 
 
+def pql_mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str, out_gain: float = 1.0,
+            layer_norm: bool = False) -> nn.Sequential:
+    """:func:`~rllib_fast.core.nets.mlp`, with ``layer_norm`` a LayerNorm
+    between each hidden Linear and its activation (Linear -> LayerNorm ->
+    activation; the head stays a plain Linear). LayerNorm keeps each hidden
+    layer's pre-activations at zero mean and unit scale per sample whatever the
+    input scale or how far the weights have drifted; the FastTD3/FastSAC recipes
+    use it to keep the critic well conditioned under large batches and several
+    updates per env step. The Linear layers are built (and initialised, drawing
+    the same random numbers) exactly as without it."""
+    net = mlp(in_dim, hidden, out_dim, activation, out_gain=out_gain)
+    if not layer_norm:
+        return net
+    layers = []
+    for i, m in enumerate(net):
+        layers.append(m)
+        if isinstance(m, nn.Linear) and i < len(net) - 1:
+            layers.append(nn.LayerNorm(m.out_features))
+    return nn.Sequential(*layers)
+
+
 class DeterministicPolicy(nn.Module):
     """a = tanh(MLP(s)) (DDPG/TD3/PQL's actor)."""
 
     stochastic = False
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], activation: str):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], activation: str,
+                 layer_norm: bool = False):
         super().__init__()
-        self.net = mlp(obs_dim, hidden, act_dim, activation, out_gain=0.01)
+        self.net = pql_mlp(obs_dim, hidden, act_dim, activation, out_gain=0.01, layer_norm=layer_norm)
 
     def forward(self, obs_n: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs_n))
@@ -41,10 +65,11 @@ class SquashedGaussianPolicy(nn.Module):
     stochastic = True
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], activation: str,
-                 log_std_bounds: Tuple[float, float] = (-5.0, 2.0), init_alpha: float = 1.0):
+                 log_std_bounds: Tuple[float, float] = (-5.0, 2.0), init_alpha: float = 1.0,
+                 layer_norm: bool = False):
         super().__init__()
         self.act_dim = act_dim
-        self.net = mlp(obs_dim, hidden, 2 * act_dim, activation, out_gain=0.01)
+        self.net = pql_mlp(obs_dim, hidden, 2 * act_dim, activation, out_gain=0.01, layer_norm=layer_norm)
         self.log_std_bounds = log_std_bounds
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
 
@@ -65,14 +90,15 @@ class SquashedGaussianPolicy(nn.Module):
 
 class DoubleQ(nn.Module):
     """Two independent Q MLPs on concat(s, a). With ``num_atoms > 1`` each head
-    outputs logits over a fixed support (PQL-D); ``q()`` returns expectations."""
+    outputs logits over a fixed support (C51: PQL-D, FastTD3's critic); ``q()``
+    returns expectations, which is what the policy maximises."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], activation: str,
-                 num_atoms: int = 1, v_min: float = -10.0, v_max: float = 10.0):
+                 num_atoms: int = 1, v_min: float = -10.0, v_max: float = 10.0, layer_norm: bool = False):
         super().__init__()
         self.num_atoms = num_atoms
-        self.q1 = mlp(obs_dim + act_dim, hidden, num_atoms, activation)
-        self.q2 = mlp(obs_dim + act_dim, hidden, num_atoms, activation)
+        self.q1 = pql_mlp(obs_dim + act_dim, hidden, num_atoms, activation, layer_norm=layer_norm)
+        self.q2 = pql_mlp(obs_dim + act_dim, hidden, num_atoms, activation, layer_norm=layer_norm)
         if num_atoms > 1:
             self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms))
 
@@ -92,10 +118,11 @@ class DoubleQ(nn.Module):
 
 
 def build_policy(kind: str, obs_dim: int, act_dim: int, hidden, activation: str, log_std_bounds=(-5.0, 2.0),
-                 init_alpha: float = 1.0) -> nn.Module:
+                 init_alpha: float = 1.0, layer_norm: bool = False) -> nn.Module:
     if kind == "sac":
-        return SquashedGaussianPolicy(obs_dim, act_dim, hidden, activation, tuple(log_std_bounds), init_alpha)
-    return DeterministicPolicy(obs_dim, act_dim, hidden, activation)
+        return SquashedGaussianPolicy(obs_dim, act_dim, hidden, activation, tuple(log_std_bounds), init_alpha,
+                                      layer_norm)
+    return DeterministicPolicy(obs_dim, act_dim, hidden, activation, layer_norm)
 
 
 def tensors(module: nn.Module) -> List[torch.Tensor]:

@@ -53,6 +53,18 @@ def mixed_sigma(num_envs: int, sigma_min: float, sigma_max: float, offset: int =
     return sigma_min + i / (total - 1) * (sigma_max - sigma_min)
 
 
+def redrawn_sigma(sigma: torch.Tensor, reset: torch.Tensor, sigma_min: float, sigma_max: float,
+                  generator: torch.Generator) -> torch.Tensor:
+    """Per-env σ drawn uniformly from [σ_min, σ_max] for the envs whose
+    episode just ended (``reset``), kept for the others (FastTD3's mixed
+    exploration: every episode explores at its own scale, and over many
+    episodes each env slot sees every scale rather than one fixed σ). Draws
+    for all envs every call (one fixed-shape draw, no host sync), so the
+    generator advances the same whatever ended."""
+    u = torch.rand(sigma.shape, device=sigma.device, dtype=sigma.dtype, generator=generator)
+    return torch.where(reset, sigma_min + u * (sigma_max - sigma_min), sigma)
+
+
 def decayed_sigma(sigma0: float, schedule: Optional[str], step: int, rate: float, steps: int,
                   floor: float) -> float:
     """Fixed-σ schedules: None (constant), 'exp' (σ0·rate^step) or 'linear'
