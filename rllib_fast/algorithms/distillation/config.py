@@ -1,8 +1,6 @@
 """Distillation hyperparameters (rsl_rl's ``Distillation`` names where it has them)."""
 from __future__ import annotations
 
-import pathlib
-
 from ...core.nets import ACTIVATIONS
 from ...core.params import Param, with_defaults
 from ..onpolicy import OnPolicyConfig
@@ -47,6 +45,3 @@ class DistillationConfig(OnPolicyConfig):
         if self.teacher_checkpoint is None:
             self._value_error(f"{type(self).__name__}: `teacher_checkpoint` = None; allowed: an rllib_fast "
                               "checkpoint directory or an rsl_rl checkpoint file")
-        if not pathlib.Path(self.teacher_checkpoint).exists():
-            self._value_error(f"{type(self).__name__}: `teacher_checkpoint` = {self.teacher_checkpoint!r} does not "
-                              "exist; allowed: an rllib_fast checkpoint directory or an rsl_rl checkpoint file")
