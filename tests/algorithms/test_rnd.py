@@ -112,11 +112,19 @@ def test_bad_rnd_config_fails_at_validate_naming_the_key(bad, key):
         FastPPOConfig().environment("MountainCarContinuous").training(rnd=bad).validate()
 
 
+def test_rnd_is_rejected_with_learn_while_stepping_and_data_parallel_learners():
+    base = FastPPOConfig().environment("MountainCarContinuous", num_envs=8)
+    with pytest.raises(ValueError, match="`rnd` is not implemented with `learn_while_stepping`"):
+        base.copy(copy_frozen=False).training(rnd={}, learn_while_stepping=True).validate()
+    with pytest.raises(ValueError, match="`rnd` needs one learner"):
+        base.copy(copy_frozen=False).training(rnd={}).learners(num_learners=2).validate()
+
+
 def test_rnd_fastppo_resumes_exactly_from_a_checkpoint(tmp_path):
     from ray.rllib.algorithms.algorithm import Algorithm
 
     cfg = (FastPPOConfig().environment("MountainCarContinuous", num_envs=8)
-           .training(rollout_length=8, rnd={"weight": 1.0, "weight_schedule": {"mode": "linear", "initial_step": 0,
+           .training(rollout_length=8, decorrelate_steps=8, rnd={"weight": 1.0, "weight_schedule": {"mode": "linear", "initial_step": 0,
                                                                                 "final_step": 100, "final_value": 0.1}})
            .debugging(seed=1))
     algo = cfg.build_algo()

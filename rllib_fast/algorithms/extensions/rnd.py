@@ -240,7 +240,7 @@ class RandomNetworkDistillation(nn.Module):
 def make_rnd(value: Optional[Mapping[str, Any]], config: Any, env: Any, device: Any
              ) -> Optional[RandomNetworkDistillation]:
     """The extension for FastPPO's ``rnd`` key (None: off)."""
-    if not value:
+    if value is None:
         return None
     group = value.get("obs_group", RND_KEYS["obs_group"])
     space = env.single_observation_space if group == "obs" else getattr(env, "single_state_space", None)

@@ -214,7 +214,7 @@ def pendulum_mirror(obs=None, actions=None, states=None):
 
 def make_symmetry(value: Optional[Mapping[str, Any]], env: Any) -> Optional[Symmetry]:
     """The extension for FastPPO's ``symmetry`` key (None: off)."""
-    if not value:
+    if value is None:
         return None
     space = env.single_action_space
     discrete = hasattr(space, "n")

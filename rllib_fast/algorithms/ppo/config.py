@@ -119,6 +119,9 @@ class FastPPOConfig(OnPolicyConfig):
             if self.learn_while_stepping:
                 self._value_error(f"{type(self).__name__}: `{key}` is not implemented with `learn_while_stepping` "
                                   "= True; allowed: learn_while_stepping = False")
+        if self.rnd is not None and (self.num_learners or 0) > 1:   # each learner would train its own predictor
+            self._value_error(f"{type(self).__name__}: `rnd` needs one learner (`num_learners` = "
+                              f"{self.num_learners}); allowed: num_learners <= 1")
         if self.learn_while_stepping:
             name = getattr(self.algo_class, "__name__", "this algorithm")
             if not getattr(self.algo_class, "LEARNS_WHILE_STEPPING", False):
