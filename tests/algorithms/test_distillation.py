@@ -37,6 +37,27 @@ def cartpole_teacher(tmp_path_factory):
     return path, teacher_return
 
 
+def test_partially_observed_cartpole_exposes_the_full_state_as_privileged_states():
+    from rllib_fast.envs.classic import CartPoleEnv
+
+    env = CartPoleEnv(3, seed=0, observed_terms=[0, 2, 3], max_episode_steps=2)
+    obs = env.reset()
+    assert env.single_observation_space.shape == (3,) and env.single_state_space.shape == (4,)
+    torch.testing.assert_close(obs, env.states[:, [0, 2, 3]])
+    env.step(torch.tensor([0, 1, 0]))
+    step = env.step(torch.tensor([1, 1, 0]))        # the time limit: every env resets
+    assert bool(step.truncated.all())
+    torch.testing.assert_close(step.obs, step.extras["states"][:, [0, 2, 3]])
+    torch.testing.assert_close(step.final_obs, step.extras["final_states"][:, [0, 2, 3]])
+    torch.testing.assert_close(step.extras["states"], env.states)
+    assert not torch.equal(step.extras["states"], step.extras["final_states"])
+    masked = CartPoleEnv(2, seed=0, mask_velocities=True)
+    assert masked.reset().shape == (2, 2) and masked.observed_terms == (0, 2)
+    assert CartPoleEnv(2).states is None and not hasattr(CartPoleEnv(2), "single_state_space")
+    with pytest.raises(ValueError, match="observed_terms"):
+        CartPoleEnv(2, observed_terms=[0, 4])
+
+
 def test_missing_teacher_fails_at_build_in_one_line():
     with pytest.raises(ValueError, match="teacher_checkpoint: /no/such/ckpt does not exist"):
         DistillationConfig().environment("CartPole").training(teacher_checkpoint="/no/such/ckpt").build_algo()
@@ -128,6 +149,7 @@ def test_student_distilled_on_masked_cartpole_reaches_the_teachers_return(cartpo
     from rllib_fast.export import export_checkpoint
 
     path, teacher_return = cartpole_teacher
+    assert teacher_return >= 400, teacher_return
     plan = plan_from_file(str(EXAMPLE), build_parser().parse_args(["train", "file", str(EXAMPLE)]))
     (spec,) = plan.experiments.values()
     assert spec["run"] == "Distillation" and spec["config"]["env_config"] == MASKED

@@ -159,11 +159,13 @@ def test_bad_symmetry_config_fails_at_validate_naming_the_key(bad, key):
         FastPPOConfig().environment("CartPole").training(symmetry=bad).validate()
 
 
-def test_symmetry_is_rejected_by_algorithms_that_do_not_implement_it():
-    from rllib_fast.algorithms.hts import HTSPPOConfig
+@pytest.mark.parametrize("config", ["HTSPPOConfig", "PopPPOConfig", "FastAPPOConfig"])
+def test_symmetry_is_rejected_by_algorithms_that_do_not_implement_it(config):
+    import rllib_fast.algorithms as algorithms
 
+    cfg = getattr(algorithms, config)().environment("CartPole")
     with pytest.raises(ValueError, match="`symmetry` is FastPPO's extension"):
-        HTSPPOConfig().environment("CartPole").training(symmetry={"mirror_fn": CARTPOLE_MIRROR}).validate()
+        cfg.training(symmetry={"mirror_fn": CARTPOLE_MIRROR}).validate()
 
 
 def test_symmetric_fastppo_resumes_exactly_from_a_checkpoint(tmp_path):

@@ -99,12 +99,9 @@ class FastPPOConfig(OnPolicyConfig):
                      (dict,), optional=True),
     }
 
-    def __init__(self, algo_class=None):
-        from .algorithm import FastPPO
-
-        super().__init__(algo_class=algo_class or FastPPO)
-
-    def validate_algorithm(self) -> None:
+    def validate_extensions(self) -> None:
+        """The ``symmetry`` and ``rnd`` keys: well-formed, and set only for an
+        algorithm that implements them (its ``EXTENSIONS``)."""
         for key, error in (("symmetry", symmetry_error), ("rnd", rnd_error)):
             value = getattr(self, key)
             if value is None:
@@ -122,6 +119,14 @@ class FastPPOConfig(OnPolicyConfig):
         if self.rnd is not None and (self.num_learners or 0) > 1:   # each learner would train its own predictor
             self._value_error(f"{type(self).__name__}: `rnd` needs one learner (`num_learners` = "
                               f"{self.num_learners}); allowed: num_learners <= 1")
+
+    def __init__(self, algo_class=None):
+        from .algorithm import FastPPO
+
+        super().__init__(algo_class=algo_class or FastPPO)
+
+    def validate_algorithm(self) -> None:
+        self.validate_extensions()
         if self.learn_while_stepping:
             name = getattr(self.algo_class, "__name__", "this algorithm")
             if not getattr(self.algo_class, "LEARNS_WHILE_STEPPING", False):
