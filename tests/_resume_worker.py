@@ -48,10 +48,30 @@ def tiny_config(name: str, env: str, seed: int = 0):
                 setattr(cfg, key, value)
         elif key == "min_sample_timesteps_per_iteration":
             cfg.min_sample_timesteps_per_iteration = value
+    if "teacher_checkpoint" in spec:   # a distillation student needs a teacher for this env
+        cfg.teacher_checkpoint = tiny_teacher(env)
     for key, value in overrides.items():
         setattr(cfg, key, value)
     cfg.debugging(seed=seed)
     return cfg
+
+
+_TEACHERS: Dict[str, str] = {}
+
+
+def tiny_teacher(env: str) -> str:
+    """The checkpoint of an untrained tiny FastPPO on ``env`` (one per env and
+    process, in a temporary directory): a teacher for the tiny distillation configs."""
+    if env not in _TEACHERS:
+        import tempfile
+
+        from rllib_fast.algorithms import FastPPOConfig
+
+        teacher = (FastPPOConfig().environment(env, num_envs=4)
+                   .training(hidden_sizes=[16], rollout_length=8, decorrelate_steps=0).debugging(seed=0).build_algo())
+        _TEACHERS[env] = teacher.save_to_path(tempfile.mkdtemp(prefix=f"tiny-teacher-{env}-"))
+        teacher.stop()
+    return _TEACHERS[env]
 
 
 def build_tiny(name: str, seed: int = 0):

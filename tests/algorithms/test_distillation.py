@@ -59,6 +59,8 @@ def test_partially_observed_cartpole_exposes_the_full_state_as_privileged_states
 
 
 def test_missing_teacher_fails_at_build_in_one_line():
+    with pytest.raises(ValueError, match="`teacher_checkpoint` = None"):
+        DistillationConfig().environment("CartPole").build_algo()
     with pytest.raises(ValueError, match="teacher_checkpoint: /no/such/ckpt does not exist"):
         DistillationConfig().environment("CartPole").training(teacher_checkpoint="/no/such/ckpt").build_algo()
 
@@ -127,7 +129,6 @@ def test_update_sums_the_step_losses_of_each_gradient_window():
 
 
 @pytest.mark.parametrize("bad, match", [
-    ({}, "`teacher_checkpoint` = None"),
     ({"teacher_checkpoint": "/", "loss_type": "l1"}, "`loss_type`"),
     ({"teacher_checkpoint": "/", "gradient_length": 0}, "`gradient_length`"),
     ({"teacher_checkpoint": "/", "teacher_obs": "critic"}, "`teacher_obs`"),

@@ -112,6 +112,9 @@ class Distillation(OnPolicyAlgorithm):
     def build(self) -> None:
         super().build()
         cfg = self.config
+        if cfg.teacher_checkpoint is None:   # checked here, not at validate: every default config validates
+            raise ValueError("Distillation: `teacher_checkpoint` = None; allowed: an rllib_fast checkpoint "
+                             "directory or an rsl_rl checkpoint file")
         if cfg.teacher_obs == "states" and self.state_dim is None:
             raise ValueError(f"Distillation: `teacher_obs` = 'states' but env {cfg.env!r} exposes no privileged "
                              "states; allowed: 'obs' or 'auto'")

@@ -40,8 +40,3 @@ class DistillationConfig(OnPolicyConfig):
         from .algorithm import Distillation
 
         super().__init__(algo_class=algo_class or Distillation)
-
-    def validate_algorithm(self) -> None:
-        if self.teacher_checkpoint is None:
-            self._value_error(f"{type(self).__name__}: `teacher_checkpoint` = None; allowed: an rllib_fast "
-                              "checkpoint directory or an rsl_rl checkpoint file")
