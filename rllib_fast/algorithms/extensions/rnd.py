@@ -44,7 +44,7 @@ from ..asymmetric import final_states
 
 RND_KEYS = {"weight": 1.0, "weight_schedule": None, "obs_group": "obs", "obs_indices": None, "num_outputs": 16,
             "predictor_hidden_dims": [64, 64], "target_hidden_dims": [64, 64], "activation": "elu",
-            "state_normalization": True, "reward_normalization": True, "learning_rate": 1e-3}
+            "state_normalization": True, "reward_normalization": False, "learning_rate": 1e-3}
 SCHEDULE_MODES = ("constant", "step", "linear")
 
 

@@ -256,6 +256,8 @@ class FastPPO(OnPolicyAlgorithm):
     EXTENSIONS = ("symmetry", "rnd")
     symmetry = None
     rnd = None
+    #: with symmetry and an asymmetric critic: this rollout's mirrored raw states
+    _mirrored_states = None
 
     # -- learn_while_stepping -------------------------------------------------------
     def make_env(self, num_envs: int, seed: int, config=None) -> TensorVecEnv:
