@@ -34,7 +34,8 @@ from .pql import DDPGN, DDPGNConfig, PQL, PQLConfig, SACN, SACNConfig  # noqa: E
 
 __all__ = [
     "ALGORITHMS", "CONFIGS",
-    "CEMRL", "CEMRLConfig", "DDPGN", "DDPGNConfig", "Distillation", "DistillationConfig", "DvD", "DvDConfig", "EpsRainbow", "EpsRainbowConfig",
+    "CEMRL", "CEMRLConfig", "DDPGN", "DDPGNConfig", "Distillation", "DistillationConfig", "DvD", "DvDConfig",
+    "EpsRainbow", "EpsRainbowConfig",
     "FastA2C", "FastA2CConfig", "FastA3C", "FastA3CConfig", "FastAPPO", "FastAPPOConfig", "FastDQN",
     "FastDQNConfig", "FastPPO", "FastPPOConfig", "HTSA2C", "HTSA2CConfig", "HTSPPO", "HTSPPOConfig", "PQL",
     "PQLConfig", "PopA2C", "PopA2CConfig", "PopDQN", "PopDQNConfig", "PopPPO", "PopPPOConfig", "PopSAC",

@@ -123,9 +123,9 @@ def test_rnd_is_rejected_with_learn_while_stepping_and_data_parallel_learners():
 def test_rnd_fastppo_resumes_exactly_from_a_checkpoint(tmp_path):
     from ray.rllib.algorithms.algorithm import Algorithm
 
+    schedule = {"mode": "linear", "initial_step": 0, "final_step": 100, "final_value": 0.1}
     cfg = (FastPPOConfig().environment("MountainCarContinuous", num_envs=8)
-           .training(rollout_length=8, decorrelate_steps=8, rnd={"weight": 1.0, "weight_schedule": {"mode": "linear", "initial_step": 0,
-                                                                                "final_step": 100, "final_value": 0.1}})
+           .training(rollout_length=8, decorrelate_steps=8, rnd={"weight": 1.0, "weight_schedule": schedule})
            .debugging(seed=1))
     algo = cfg.build_algo()
     algo.train()

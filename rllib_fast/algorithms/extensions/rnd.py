@@ -219,15 +219,16 @@ class RandomNetworkDistillation(nn.Module):
         """The predictor's MSE to the frozen target on normalised inputs ``x``."""
         return nn.functional.mse_loss(self.predictor(x), self.target(x))
 
-    def learn(self, settings: Any) -> Dict[str, Any]:
+    def learn(self, settings: Any, generator: Optional[torch.Generator] = None) -> Dict[str, Any]:
         """``num_epochs * num_minibatches`` predictor steps on the rollout's inputs
-        (PPO's minibatch shape; the shuffles draw from the algorithm's stream)."""
+        (PPO's minibatch shape); the shuffles draw from ``generator``, the
+        algorithm's shuffle generator (None: the algorithm's own stream)."""
         x = self.embed_inputs(self.inputs.reshape(-1, self.inputs.shape[-1]))
         B = x.shape[0]
         mb = B // settings.num_minibatches
         total = torch.zeros((), device=x.device)
         for _ in range(settings.num_epochs):
-            perm = torch.randperm(B, device=x.device)
+            perm = torch.randperm(B, device=x.device, generator=generator)
             for i in range(settings.num_minibatches):
                 loss = self.loss(x[perm[i * mb:(i + 1) * mb]])
                 self.optimizer.zero_grad(set_to_none=True)

@@ -338,7 +338,7 @@ class FastPPO(OnPolicyAlgorithm):
         if self.symmetry is not None:
             self.log_learner("symmetry_loss", self.symmetry.take_loss_report())
         if self.rnd is not None:
-            for key, value in self.rnd.learn(self.update_rule.settings).items():
+            for key, value in self.rnd.learn(self.update_rule.settings, self.update_rule.shuffle_generator).items():
                 self.log_learner(key, value)
 
     def stateful_components(self) -> Dict[str, Any]:
