@@ -32,6 +32,12 @@ ENVS = ("CartPole", "Pendulum")
 # grows the lr every epoch).
 VARIANTS = {
     "FastPPO[adaptive_lr_kl]": ("FastPPO", {"adaptive_lr_kl_target": 1.0, "num_epochs": 2}),
+    # the extensions' state (RND networks, normalisers, discounted sums, schedule clock) resumes too
+    "FastPPO[symmetry,rnd]": ("FastPPO", {
+        "symmetry": {"mirror_fn": "rllib_fast.algorithms.extensions:cartpole_mirror", "use_data_augmentation": True,
+                     "use_mirror_loss": True, "mirror_loss_coeff": 0.1},
+        "rnd": {"weight": 0.5, "reward_normalization": True,
+                "weight_schedule": {"mode": "linear", "initial_step": 0, "final_step": 64, "final_value": 0.1}}}),
 }
 
 
