@@ -32,6 +32,12 @@ ENVS = ("CartPole", "Pendulum")
 # grows the lr every epoch).
 VARIANTS = {
     "FastPPO[adaptive_lr_kl]": ("FastPPO", {"adaptive_lr_kl_target": 1.0, "num_epochs": 2}),
+    # the extensions' state (RND networks, normalisers, discounted sums, schedule clock) resumes too
+    "FastPPO[symmetry,rnd]": ("FastPPO", {
+        "symmetry": {"mirror_fn": "rllib_fast.algorithms.extensions:cartpole_mirror", "use_data_augmentation": True,
+                     "use_mirror_loss": True, "mirror_loss_coeff": 0.1},
+        "rnd": {"weight": 0.5, "reward_normalization": True,
+                "weight_schedule": {"mode": "linear", "initial_step": 0, "final_step": 64, "final_value": 0.1}}}),
 }
 
 
@@ -48,10 +54,30 @@ def tiny_config(name: str, env: str, seed: int = 0):
                 setattr(cfg, key, value)
         elif key == "min_sample_timesteps_per_iteration":
             cfg.min_sample_timesteps_per_iteration = value
+    if "teacher_checkpoint" in spec:   # a distillation student needs a teacher for this env
+        cfg.teacher_checkpoint = tiny_teacher(env)
     for key, value in overrides.items():
         setattr(cfg, key, value)
     cfg.debugging(seed=seed)
     return cfg
+
+
+_TEACHERS: Dict[str, str] = {}
+
+
+def tiny_teacher(env: str) -> str:
+    """The checkpoint of an untrained tiny FastPPO on ``env`` (one per env and
+    process, in a temporary directory): a teacher for the tiny distillation configs."""
+    if env not in _TEACHERS:
+        import tempfile
+
+        from rllib_fast.algorithms import FastPPOConfig
+
+        teacher = (FastPPOConfig().environment(env, num_envs=4)
+                   .training(hidden_sizes=[16], rollout_length=8, decorrelate_steps=0).debugging(seed=0).build_algo())
+        _TEACHERS[env] = teacher.save_to_path(tempfile.mkdtemp(prefix=f"tiny-teacher-{env}-"))
+        teacher.stop()
+    return _TEACHERS[env]
 
 
 def build_tiny(name: str, seed: int = 0):

@@ -6,9 +6,9 @@ They are merged here in a fixed order, so a new family is one import plus one
 entry in ``_FAMILIES``, and a name claimed twice is an error rather than a
 silent override.
 """
-from . import a2c, appo, dqn, hts, pop_ppo, population, ppo, pql
+from . import a2c, appo, distillation, dqn, hts, pop_ppo, population, ppo, pql
 
-_FAMILIES = (ppo, a2c, dqn, appo, pql, hts, population, pop_ppo)
+_FAMILIES = (ppo, a2c, dqn, appo, pql, hts, population, pop_ppo, distillation)
 
 ALGORITHMS: dict = {}
 CONFIGS: dict = {}
@@ -23,6 +23,7 @@ for _family in _FAMILIES:
 # ``from rllib_fast.algorithms import FastPPO`` works for every family
 from .a2c import FastA2C, FastA2CConfig  # noqa: E402
 from .appo import FastA3C, FastA3CConfig, FastAPPO, FastAPPOConfig  # noqa: E402
+from .distillation import Distillation, DistillationConfig  # noqa: E402
 from .dqn import EpsRainbow, EpsRainbowConfig, FastDQN, FastDQNConfig, Rainbow, RainbowConfig  # noqa: E402
 from .hts import HTSA2C, HTSA2CConfig, HTSPPO, HTSPPOConfig  # noqa: E402
 from .population import (CEMRL, CEMRLConfig, DvD, DvDConfig, PopDQN, PopDQNConfig, PopSAC,  # noqa: E402
@@ -33,7 +34,8 @@ from .pql import DDPGN, DDPGNConfig, PQL, PQLConfig, SACN, SACNConfig  # noqa: E
 
 __all__ = [
     "ALGORITHMS", "CONFIGS",
-    "CEMRL", "CEMRLConfig", "DDPGN", "DDPGNConfig", "DvD", "DvDConfig", "EpsRainbow", "EpsRainbowConfig",
+    "CEMRL", "CEMRLConfig", "DDPGN", "DDPGNConfig", "Distillation", "DistillationConfig", "DvD", "DvDConfig",
+    "EpsRainbow", "EpsRainbowConfig",
     "FastA2C", "FastA2CConfig", "FastA3C", "FastA3CConfig", "FastAPPO", "FastAPPOConfig", "FastDQN",
     "FastDQNConfig", "FastPPO", "FastPPOConfig", "HTSA2C", "HTSA2CConfig", "HTSPPO", "HTSPPOConfig", "PQL",
     "PQLConfig", "PopA2C", "PopA2CConfig", "PopDQN", "PopDQNConfig", "PopPPO", "PopPPOConfig", "PopSAC",

@@ -102,6 +102,9 @@ class OnPolicyBatch(NamedTuple):
     #: log-probabilities of the actions under the policy at the update's start, when the adaptive
     #: lr's KL is measured from it (FastPPO's ``kl_reference``); None: from ``logp``
     kl_logp: Optional[torch.Tensor] = None
+    #: FastPPO's symmetry extension: the rollout's mirrored transitions
+    #: (``extensions.symmetry.MirroredBatch``); None without it
+    mirrored: Optional[Any] = None
 
 
 class LearnerCollectives:
@@ -523,6 +526,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
             st.insert(t, obs=obs_n, final_obs=self._normalize_obs(step.final_obs, update=False),
                       actions=action, logp=logp, rewards=step.reward, terminated=step.terminated,
                       done=step.terminated | step.truncated)
+            self._record_step(t, step)
             self.obs = step.obs
             if self.states is not None:
                 st["final_states"][t].copy_(final_states(step))
@@ -532,6 +536,11 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.tracker.update_batch(st["rewards"], st["done"], valid)
         if self.normalize_obs:
             module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self.reduce_over_learners)
+
+    def _record_step(self, t: int, step: Step) -> None:
+        """After env step ``t`` of a rollout, before the next observation replaces
+        the current one: where an algorithm's extensions read the step (FastPPO's
+        curiosity keeps the next observations). Nothing by default."""
 
     def _step_env(self, actions: torch.Tensor) -> Step:
         """One batched env step of a rollout (FastPPO's learn_while_stepping learns

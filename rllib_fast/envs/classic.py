@@ -196,15 +196,62 @@ class CartPoleEnv(_ClassicControlEnv):
     force_mag, tau = 10.0, 0.02
     theta_threshold = 12 * 2 * math.pi / 360
     x_threshold = 2.4
+    #: the observed columns of the state when the velocities are masked
+    POSITIONS = (0, 2)
 
     def __init__(self, num_envs: int = 1, device: Any = "cpu", seed: Optional[int] = None,
-                 max_episode_steps: Optional[int] = 500, autoreset: bool = True):
+                 max_episode_steps: Optional[int] = 500, autoreset: bool = True, mask_velocities: bool = False,
+                 observed_terms: Optional[Sequence[int]] = None):
+        """Partially observed variants (``env_config``): ``mask_velocities``
+        observes ``[x, theta]`` only; ``observed_terms`` any subset of the state's
+        columns ``[x, x_dot, theta, theta_dot]`` by index. The full state is then
+        the source's privileged ``states`` (``single_state_space``, ``states``,
+        ``Step.extras["states"/"final_states"]``): the asymmetric critic's and a
+        distillation teacher's input."""
         high = np.array([self.x_threshold * 2, np.inf, self.theta_threshold * 2, np.inf],
                         dtype=np.float32)
-        self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
+        if mask_velocities and observed_terms is not None:
+            raise ValueError("CartPoleEnv: give mask_velocities or observed_terms, not both")
+        terms = self.POSITIONS if mask_velocities else observed_terms
+        if terms is not None:
+            terms = tuple(int(i) for i in terms)
+            if not terms or len(set(terms)) != len(terms) or not all(0 <= i < self.state_dim for i in terms):
+                raise ValueError(f"CartPoleEnv: observed_terms = {list(terms)}; allowed: distinct indices of "
+                                 "[x, x_dot, theta, theta_dot] (0..3)")
+        self.observed_terms = terms
+        self.mask_velocities = terms is not None
+        full = spaces.Box(-high, high, dtype=np.float32)
+        if self.mask_velocities:
+            pos = np.array(terms)
+            self.single_observation_space = spaces.Box(-high[pos], high[pos], dtype=np.float32)
+            self.single_state_space = full
+        else:
+            self.single_observation_space = full
         self.single_action_space = spaces.Discrete(2)
         super().__init__(num_envs, device, seed, max_episode_steps, autoreset)
         self._force = torch.tensor([-self.force_mag, self.force_mag], device=self.device)
+        self._positions = torch.tensor(terms if terms is not None else (), dtype=torch.long, device=self.device)
+
+    def _masked(self, full: torch.Tensor) -> torch.Tensor:
+        return full.index_select(1, self._positions) if self.mask_velocities else full
+
+    @property
+    def states(self) -> Optional[torch.Tensor]:
+        """The full state (privileged) when velocities are masked, else None."""
+        return self.state.clone() if self.mask_velocities else None
+
+    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+        return self._masked(super().reset(seed))
+
+    def reset_idx(self, mask: torch.Tensor) -> torch.Tensor:
+        return self._masked(super().reset_idx(mask))
+
+    def step(self, actions: torch.Tensor) -> Step:
+        step = super().step(actions)
+        if not self.mask_velocities:
+            return step
+        return step._replace(obs=self._masked(step.obs), final_obs=self._masked(step.final_obs),
+                             extras={"states": step.obs, "final_states": step.final_obs})
 
     def _dynamics(self, state, action):
         x, x_dot, theta, theta_dot = state.unbind(1)

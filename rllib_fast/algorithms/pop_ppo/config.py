@@ -98,6 +98,7 @@ class PopPPOConfig(FastPPOConfig):
         return self.rollout_length
 
     def validate_algorithm(self) -> None:
+        self.validate_extensions()   # FastPPO's symmetry/rnd: not PopPPO's (yet)
         name = type(self).__name__
         try:
             object.__setattr__(self, "num_envs", self.population_size * self.num_envs_per_member)

@@ -23,10 +23,13 @@ from ...core.start_method import resolve_start_method
 from ...envs import registry as env_registry
 from ...envs.base import Step, TensorVecEnv
 from ...envs.parallel import ParallelVecEnv
-from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, UpdateRule, masked_mean, standardize
+from ..extensions.rnd import make_rnd
+from ..extensions.symmetry import make_symmetry
+from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, Targets, UpdateRule, masked_mean, standardize
 from .config import FastPPOConfig
 from .loss import analytic_kl, approx_kl, kl_adapted_lr, ppo_loss
 from .overlap import OverlapSchedule
+from .symmetric import symmetric_ppo_loss
 
 
 
@@ -68,6 +71,8 @@ class PPOUpdate(UpdateRule):
 
     STATS = ("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "clip_fraction")
     settings_from = staticmethod(PPOSettings.from_config)
+    #: FastPPO's symmetry extension (``extensions.symmetry.Symmetry``), set by the algorithm; None: off
+    symmetry = None
 
     @staticmethod
     def make_optimizer(params, lr: float, config) -> torch.optim.Optimizer:
@@ -140,6 +145,8 @@ class PPOUpdate(UpdateRule):
         """One minibatch's clipped-surrogate loss and its ``STATS``; the part of
         the step ``compile`` compiles (minibatch shapes are fixed)."""
         s, module = self.settings, self.module
+        if self.symmetry is not None and batch.mirrored is not None:
+            return symmetric_ppo_loss(self, batch, idx, denom)
         w = batch.weights
         wi = w[idx] if w is not None else None
         logp, entropy = module.evaluate_actions(batch.obs[idx], batch.actions[idx])
@@ -245,6 +252,12 @@ class FastPPO(OnPolicyAlgorithm):
 
     UPDATE = PPOUpdate
     LEARNS_WHILE_STEPPING = True
+    #: the optional extension keys this algorithm implements (:mod:`..extensions`)
+    EXTENSIONS = ("symmetry", "rnd")
+    symmetry = None
+    rnd = None
+    #: with symmetry and an asymmetric critic: this rollout's mirrored raw states
+    _mirrored_states = None
 
     # -- learn_while_stepping -------------------------------------------------------
     def make_env(self, num_envs: int, seed: int, config=None) -> TensorVecEnv:
@@ -269,6 +282,10 @@ class FastPPO(OnPolicyAlgorithm):
                                         env_kwargs=dict(self.config.env_config), context=context)
 
     def build(self) -> None:
+        # the optional extensions, held as components (None: off); built before the
+        # update rule, which the base build makes and which holds the symmetry
+        self.symmetry = make_symmetry(self.config.symmetry, self.env)
+        self.rnd = make_rnd(self.config.rnd, self.config, self.env, self.device)
         super().build()
         #: the batch whose update the next rollout carries (learn_while_stepping), else None
         self.pending: Optional[OnPolicyBatch] = None
@@ -279,6 +296,57 @@ class FastPPO(OnPolicyAlgorithm):
                                          {k: (tuple(v.shape[2:]), v.dtype) for k, v in st.data.items()}, self.device)
             self._schedule = OverlapSchedule(self.horizon, self.config.learn_steps_per_env_step)
             self._env_step_index = 0
+
+    def make_update_rule(self) -> UpdateRule:
+        rule = super().make_update_rule()
+        rule.symmetry = self.symmetry
+        return rule
+
+    # -- the extensions' hooks into the on-policy loop ---------------------------------
+    def _rollout(self) -> None:
+        if self.symmetry is not None:   # the statistics this rollout's observations are normalised with
+            self.symmetry.freeze_obs_norm(self.module.obs_norm)
+        super()._rollout()
+
+    def _record_step(self, t: int, step: Step) -> None:
+        if self.rnd is not None:
+            self.rnd.record(t, step)
+
+    def _targets(self) -> Targets:
+        if self.rnd is not None:   # curiosity: the intrinsic reward joins the extrinsic one before GAE
+            for key, value in self.rnd.add_intrinsic_rewards(self.storage["rewards"]).items():
+                self.log_learner(key, value)
+        if self.symmetry is not None and self.state_dim is not None:
+            # the raw states' mirrors, before the base normalises the states in place
+            _, _, self._mirrored_states = self.symmetry.mirror(states=self.storage.flat("states"))
+        return super()._targets()
+
+    def _batch(self, targets: Targets) -> OnPolicyBatch:
+        batch = super()._batch(targets)
+        if self.symmetry is None:
+            return batch
+        st = self.storage
+        critic_in = None
+        if self.state_dim is not None:
+            critic_in = self.module.critic_input(self._mirrored_states)
+        raw = st.flat("raw_obs") if self.normalize_obs else st.flat("obs")
+        return batch._replace(mirrored=self.symmetry.mirror_batch(raw, st.flat("actions"), self.normalize_obs,
+                                                                  critic_in))
+
+    def _learn(self, targets: Targets) -> None:
+        super()._learn(targets)
+        if self.symmetry is not None:
+            self.log_learner("symmetry_loss", self.symmetry.take_loss_report())
+        if self.rnd is not None:
+            for key, value in self.rnd.learn(self.update_rule.settings, self.update_rule.shuffle_generator).items():
+                self.log_learner(key, value)
+
+    def stateful_components(self) -> Dict[str, Any]:
+        out = super().stateful_components()
+        if self.rnd is not None:
+            out["rnd"] = self.rnd
+            out["rnd_optimizer"] = self.rnd.optimizer
+        return out
 
     def training_step(self) -> None:
         if not self.config.learn_while_stepping:

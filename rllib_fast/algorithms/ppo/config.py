@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from ...core.params import Param, real_pair, with_defaults
 from ...core.start_method import START_METHODS
+from ..extensions.rnd import rnd_error
+from ..extensions.symmetry import symmetry_error
 from ..onpolicy import OnPolicyConfig
 
 
@@ -84,7 +86,39 @@ class FastPPOConfig(OnPolicyConfig):
         "shuffle": Param("epoch", "minibatch order: 'epoch' (a new permutation every epoch) or 'once' (one "
                          "permutation per update, reused by every epoch: rsl_rl's)", (str,), choices=("epoch", "once")),
         "adam_eps": Param(1e-5, "Adam epsilon (rsl_rl: torch's default 1e-8)", low=0.0, low_open=True),
+        "symmetry": Param(None, "symmetry augmentation and/or mirror loss (rsl_rl's symmetry_cfg; FastPPO): a dict "
+                          "{mirror_fn: 'module:function' or a callable (obs=, actions=, states=) -> (mirrored obs, "
+                          "actions, states), use_data_augmentation: bool, use_mirror_loss: bool, "
+                          "mirror_loss_coeff: float >= 0}; built-in mirrors: "
+                          "'rllib_fast.algorithms.extensions:cartpole_mirror' / ':pendulum_mirror' "
+                          "(docs/rsl_rl-features.md); None: off", (dict,), optional=True),
+        "rnd": Param(None, "random network distillation curiosity (rsl_rl's rnd_cfg; FastPPO): a dict of "
+                     "{weight, weight_schedule, obs_group ('obs' or 'states'), obs_indices, num_outputs, "
+                     "predictor_hidden_dims, target_hidden_dims, activation, state_normalization, "
+                     "reward_normalization, learning_rate} (docs/rsl_rl-features.md); None: off",
+                     (dict,), optional=True),
     }
+
+    def validate_extensions(self) -> None:
+        """The ``symmetry`` and ``rnd`` keys: well-formed, and set only for an
+        algorithm that implements them (its ``EXTENSIONS``)."""
+        for key, error in (("symmetry", symmetry_error), ("rnd", rnd_error)):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if key not in getattr(self.algo_class, "EXTENSIONS", ()):
+                name = getattr(self.algo_class, "__name__", "this algorithm")
+                self._value_error(f"{type(self).__name__}: `{key}` is FastPPO's extension; {name} does not "
+                                  "implement it; allowed: None")
+            msg = error(value, type(self).__name__)
+            if msg:
+                self._value_error(msg)
+            if self.learn_while_stepping:
+                self._value_error(f"{type(self).__name__}: `{key}` is not implemented with `learn_while_stepping` "
+                                  "= True; allowed: learn_while_stepping = False")
+        if self.rnd is not None and (self.num_learners or 0) > 1:   # each learner would train its own predictor
+            self._value_error(f"{type(self).__name__}: `rnd` needs one learner (`num_learners` = "
+                              f"{self.num_learners}); allowed: num_learners <= 1")
 
     def __init__(self, algo_class=None):
         from .algorithm import FastPPO
@@ -92,6 +126,7 @@ class FastPPOConfig(OnPolicyConfig):
         super().__init__(algo_class=algo_class or FastPPO)
 
     def validate_algorithm(self) -> None:
+        self.validate_extensions()
         if self.learn_while_stepping:
             name = getattr(self.algo_class, "__name__", "this algorithm")
             if not getattr(self.algo_class, "LEARNS_WHILE_STEPPING", False):
