@@ -233,7 +233,7 @@ def call_smoke(device: str, num_envs: int, out_path: str) -> Dict[str, Any]:
 
 
 def call_hts(alphas: List[int], min_steps: int, mean_ms: float = 1.0) -> Dict[str, Any]:
-    """hts.py's measure_sps for HTSPPO and FastPPO over alpha, the
+    """gpu_rates.py's measure_sps for HTSPPO and FastPPO over alpha, the
     high-variance (gamma, std = 2 x mean) simulated step time."""
     import gpu_rates as hts
 
