@@ -233,7 +233,7 @@ def call_smoke(device: str, num_envs: int, out_path: str) -> Dict[str, Any]:
 
 
 def call_hts(alphas: List[int], min_steps: int, mean_ms: float = 1.0) -> Dict[str, Any]:
-    """hts.py's measure_sps for HTSPPO and FastPPO over alpha, the
+    """gpu_rates.py's measure_sps for HTSPPO and FastPPO over alpha, the
     high-variance (gamma, std = 2 x mean) simulated step time."""
     import gpu_rates as hts
 
@@ -651,7 +651,7 @@ def build_report(payload: Dict[str, Any]) -> str:
             elif "rows" in d and all("tput_overall" in r for r in d["rows"]):
                 out += [f"PPO settings {d.get('settings')}; {d.get('note', '')}.", ""] + _tput_table(d["rows"])
             elif d and all(isinstance(v, dict) and "env_steps_per_s" in v for v in d.values()):
-                out += [f"{MJLAB_TASK}, N = {payload.get('sizes', {}).get('mjlab_n')} (benchmarks/mjlab.py gpu_kit)",
+                out += [f"{MJLAB_TASK}, N = {payload.get('sizes', {}).get('mjlab_n')} (gpu kit)",
                         ""]
                 out += R.markdown_table(["arm", "env-steps/s", "status"],
                                         [[k, R.fmt_sps(v["env_steps_per_s"]), v.get("status")]

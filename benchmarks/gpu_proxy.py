@@ -16,7 +16,8 @@ Arms (the issue's task: Pendulum, N=4096, T=24, 5 epochs x 4 minibatches,
 
 * ``fastppo``, ``htsppo`` (sync_interval = T, 4 executor threads),
 * ``rsl_rl``: rsl_rl 5.4.2's own ``OnPolicyRunner`` and ``PPO`` (one
-  ``learn(1)`` per iteration, no log dir, like ``benchmarks/mjlab.py``'s arm)
+  ``learn(1)`` per iteration, no log dir, like the ``rsl_rl_mjlab`` adapter of
+  ``benchmarks/adapters.py``)
   on the same built-in Pendulum tensor env through :class:`RslVecEnv`, with
   the same N, T, epochs x minibatches, [64, 64] networks and observation
   normalisation; ``rsl_rl_compiled`` is the same with rsl_rl's own

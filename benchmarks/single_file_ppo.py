@@ -16,7 +16,7 @@ Time-limit truncations bootstrap from the value of the true last observation
 matched throughput settings (T=32, 4 epochs x 4 minibatches, lr 3e-4, Adam eps
 1e-5, grad-norm clip 0.5, separate 64-64 tanh actor and critic);
 ``--kl-target`` adds the KL-adaptive learning rate of FastPPO's defaults (and of
-rsl_rl / rl_games), so ``benchmarks/ppo_cartpole.py`` can run this file with
+rsl_rl / rl_games), so ``benchmarks/bench.py cartpole-ppo`` can run this file with
 FastPPO's default settings and a comparison isolates the framework.
 
 By default (this machine: 2 CPU cores, no GPU) it runs everything on the CPU

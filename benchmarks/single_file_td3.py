@@ -45,7 +45,7 @@ import torch.nn as nn
 
 def _unshadow_mjlab() -> None:
     """Run as a script, this file's folder is first on sys.path and its
-    ``mjlab.py`` (the mjlab benchmark) would shadow the mjlab package."""
+    a module there named ``mjlab.py`` would shadow the mjlab package."""
     import os
     import sys
 

@@ -130,7 +130,7 @@ def test_rerun_into_existing_sweep_folder_refused(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("body,needle", [
-    # a search-space bound outside the key's range: every trial used to die with a traceback
+    # a search-space bound outside the key's range: refused before Ray starts, not left to kill every trial
     ("  config: {gamma: {uniform: [1.5, 2.0]}}\n", "`gamma` = 1.505 is out of range"),
     ("  config: {lr: {loguniform: [1.0e-4, 1.0e-2]}, num_epochs: {choice: [4, 0]}}\n", "`num_epochs` = 0"),
     # PBT mutation values, checked before Ray starts

@@ -5,7 +5,7 @@ bases by role: ``core/config.py`` FastConfig, re-exported here;
 
 A FastAlgorithm owns a tensor vector env and its torch modules directly; it
 builds no EnvRunnerGroup and no LearnerGroup (RLlib's per-env Python episode
-machinery caps at ~20k env-steps/s on a 2-core CPU; docs/architecture.md).
+machinery caps the rate whatever the number of envs; docs/architecture.md).
 What remains of RLlib is its public
 contract, which we honour here so subclasses only write the algorithm:
 

@@ -198,7 +198,7 @@ def whole_gradient_step(rule: Any, setting: Any, device: torch.device | str = "c
                         backend: str | None = None) -> "WholeGradientStep | None":
     """The compiled whole minibatch step of ``rule`` under ``compile`` =
     ``setting``, or None (eager, or a rule :meth:`WholeGradientStep.applies`
-    rejects: its loss alone is compiled then, as before)."""
+    rejects: then only its loss is compiled)."""
     if compile_mode(setting) is None or not WholeGradientStep.applies(rule):
         return None
     return WholeGradientStep(rule, setting, device, backend)

@@ -192,8 +192,9 @@ class FastConfig(AlgorithmConfig):
         FastPPO on the new API stack! ..." at every build -- about RLlib, not about
         the user's config. What stays checked is the stack switch itself: RLlib's
         ``Algorithm`` code that we do run (train loop, results, checkpoints) follows
-        the new-stack branches; with ``api_stack(False, False)`` FastPPO's first
-        ``train()`` did not return within 4 minutes (CartPole, 16 envs)."""
+        the new-stack branches; with ``api_stack(False, False)`` it takes the old
+        stack's branches, which a FastAlgorithm does not feed (FastPPO's first
+        ``train()`` then does not come back in any useful time)."""
         if not (self.enable_rl_module_and_learner and self.enable_env_runner_and_connector_v2):
             self._value_error(f"{type(self).__name__}: `api_stack` = (enable_rl_module_and_learner="
                               f"{self.enable_rl_module_and_learner}, enable_env_runner_and_connector_v2="

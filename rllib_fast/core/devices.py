@@ -5,7 +5,7 @@ than the one that runs it (a CPU laptop checks a sweep whose trials run on GPU
 nodes; Tune's driver validates trials that run elsewhere), so validation checks
 only the form of a device key (``core.algorithm.DEVICE_CHECK``). The process that
 builds the algorithm -- or the Ray actor that builds a learner -- is the one that
-must have the device. There a missing CUDA device used to fail deep inside torch
+must have the device. Left to torch, a missing CUDA device fails deep inside it
 (``AssertionError: Torch not compiled with CUDA enabled``, ``RuntimeError: No
 CUDA GPUs are available``); :func:`unavailable_device_error` names the key, the
 reason and the devices this machine has instead.

@@ -6,8 +6,8 @@ although the trial process has threads (Ray's, the simulator's): the child only
 runs torch CPU code with one intra-op thread (a learner, or a source the parent
 already imported and built) and touches none of the parent's other state, as
 torch's DataLoader workers do; it skips what a spawned child spends importing
-torch, rllib_fast and the source again (~2-3 s, ~6 s with mjlab), which on a
-10-20 s run is most of the gain. Spawn stays available for sources that start
+torch, rllib_fast and the source again (seconds of a core, on the run's clock),
+which on a short run is a large share of it. Spawn stays available for sources that start
 threads or OpenMP pools at import, which a fork would inherit half-copied.
 """
 from __future__ import annotations

@@ -12,10 +12,9 @@ with mjlab's observation group names and exact terminal observations:
   fires the same reset events and zero-dt command update as its auto-reset) and
   puts their first observation into ``Step.obs``. Costs one extra
   ``sim.forward()`` over all envs (plus the reset observation) on steps where
-  some env ended: on Cartpole with randomised episode clocks some env ends on
-  ~64% of steps at N=1024, where ``exact_final_obs=False`` stepped at 19k vs 18k
-  env-steps/s on 2 CPU cores (benchmarks/results/mjlab.md; no gain measurable at
-  N=256). ``exact_final_obs=False`` keeps mjlab's auto-reset instead (no extra
+  some env ended (on Cartpole with randomised episode clocks, most steps at
+  N=1024; the cost is small next to the step itself, docs/sources.md).
+  ``exact_final_obs=False`` keeps mjlab's auto-reset instead (no extra
   forward): ``final_obs`` of an ended env is then the observation the action was
   taken from (a truncation bootstraps from ``V(s_t)``, as rsl_rl's and Isaac Lab's
   wrappers do; terminations do not bootstrap).

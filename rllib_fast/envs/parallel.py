@@ -82,8 +82,8 @@ Decisions:
   leaves its server process running until exit, which is why it is not the
   default). ``fork`` is accepted for one case: a process that has already
   imported and built the source once (FastPPO's ``learn_while_stepping`` puts
-  its simulator in a forked worker: mjlab's import alone takes ~6 s of a core
-  in a spawned one, the fork ~0.5 s). The child then runs the source's CPU
+  its simulator in a forked worker: a spawned one would import mjlab again,
+  seconds of a core, where the fork inherits it). The child then runs the source's CPU
   code with one torch intra-op thread and touches none of the parent's other
   state (Ray's threads), as torch's DataLoader workers do; fork is not the
   default because a source that starts threads or OpenMP pools at import
@@ -221,9 +221,9 @@ class ParallelVecEnv(TensorVecEnv):
         spin_s / worker_spin_s: before blocking on a semaphore, the main process /
             a worker polls it for up to this long, yielding the core between
             polls (0 = block at once, the default). Waking a sleeping process
-            costs tens of microseconds on VMs; measured on a 2-vCPU VM,
-            ``1e-3`` for both cut a MinAtar round trip from ~170 to ~120 us, at
-            the price of busy cores -- worth it only on a dedicated machine.
+            costs tens of microseconds on VMs, so spinning (e.g. ``1e-3`` for both)
+            shortens a round trip of a cheap env at the price of busy cores --
+            worth it only on a dedicated machine.
 
     Group API: ``num_groups``, ``group_slices`` (env range of each group),
     ``group_num_envs``, ``step_async_group(g, actions)``, ``wait_group(g) -> Step``

@@ -114,8 +114,8 @@ class StepUploader:
     Off the CPU (``packed``, the default there) the step goes through a
     :class:`PackedUploader`: one copy. On a CPU device each array becomes a
     tensor over a fresh owned copy instead (``torch.from_numpy``): packing would
-    add a copy and a dozen tensor views per step for nothing to save (measured on
-    gymnasium CartPole at N=64: 820k vs 550k env-steps/s through the bridge).
+    add a copy and a dozen tensor views per step for nothing to save (there is no
+    host-to-device transfer to batch).
     Either way arrays are copied, so a source that reuses its buffers can never
     alias a returned step; ``final_obs`` is transferred only when it is a
     different array from ``obs`` (some env ended), otherwise it *is* ``obs``.

@@ -7,7 +7,7 @@ measure it without a slow simulator, :class:`VariableTimeEnv` wraps any
 :class:`~rllib_fast.envs.base.TensorVecEnv` and sleeps after each ``step`` for
 a time drawn from a configurable distribution. Sleeping releases the GIL and
 burns no CPU, so many such envs can be stepped from threads on a 2-core
-machine and the measured speed-ups are about scheduling, not compute.
+machine and any speed-up they show is about scheduling, not compute.
 
 Distributions (``mean_s`` and ``std_s`` in seconds):
 

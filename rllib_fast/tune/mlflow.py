@@ -449,7 +449,7 @@ class MLflowRecorder(LoggerCallback):
     def _find_run(self, exp_id: str, filter_string: str) -> Optional[str]:
         try:
             runs = self.client.search_runs([exp_id], filter_string=filter_string, max_results=1)
-        except Exception:  # a store without search: behave as before
+        except Exception:  # a store without search: no run to pick up, start a new one
             return None
         return runs[0].info.run_id if runs else None
 

@@ -46,7 +46,7 @@ import os
 from typing import Any, Dict, Mapping, Optional
 
 from ..core.metrics import RETURN_KEY
-from .session import init_ray  # noqa: F401  (public here too: sweep.init_ray, as before)
+from .session import init_ray  # noqa: F401  (public here too: sweep.init_ray)
 
 #: YAML search-space forms ``{name: [args...]}`` -> ``ray.tune`` sampler name.
 DOMAINS = ("uniform", "loguniform", "quniform", "qloguniform", "randint", "lograndint", "qrandint",

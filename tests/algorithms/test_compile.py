@@ -303,8 +303,8 @@ def test_sources_without_a_compilable_step_keep_theirs():
 
 
 def test_population_env_step_follows_the_configs_compile_backend(monkeypatch):
-    """A population's ``compile_backend`` covers the built-in task's step too (it
-    used to compile that step with inductor whatever the key said)."""
+    """A population's ``compile_backend`` covers the built-in task's step too
+    (the step is compiled with the key's backend, not always with inductor)."""
     from rllib_fast.algorithms.population import PopTD3Config
 
     backends = []

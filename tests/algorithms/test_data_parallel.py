@@ -106,9 +106,9 @@ def _count_env_steps(algo):
 
 def test_derived_quantities_come_from_the_global_config_on_every_learner():
     """lr_rule='sqrt' and total_batch_size are computed from the trial's total
-    num_envs on every learner (a remote learner used to see only its share:
-    lr 6.26e-4 instead of 8.85e-4, horizon 16 instead of 8); the env steps
-    reported are the env steps all learners took."""
+    num_envs on every learner (not from a remote learner's share, which would
+    give lr 6.26e-4 instead of 8.85e-4 and horizon 16 instead of 8); the env
+    steps reported are the env steps all learners took."""
     cfg = FastA2CConfig().environment("CartPole", num_envs=16).training(
         lr_rule="sqrt", total_batch_size=128, decorrelate_steps=4).learners(num_learners=2).reporting(
         metrics_num_episodes_for_smoothing=10_000).debugging(seed=4)
@@ -273,7 +273,7 @@ def test_a_skipped_update_is_discarded_by_every_learner():
 
 def test_observation_statistics_pool_every_learners_decorrelation():
     # each learner decorrelates its envs at build, before the group exists; the join's
-    # broadcast used to keep learner 0's statistics only (80 of the 160 observations)
+    # broadcast must pool every learner's statistics, not keep learner 0's (80 of the 160 observations)
     cfg = (FastPPOConfig().environment("CartPole", num_envs=16).training(rollout_length=8, decorrelate_steps=10)
            .learners(num_learners=2, num_cpus_per_learner=0).debugging(seed=0))
     algo = cfg.build_algo()

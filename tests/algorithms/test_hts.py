@@ -196,8 +196,8 @@ def test_continuous_a2c_deterministic_across_actor_counts():
 
 def test_htsppo_reproduces_on_a_source_that_draws_from_the_global_rng():
     # Isaac Gym tasks (here the stand-in) reset from torch's global RNG in the executor thread;
-    # the learner used to shuffle minibatches from it too, so the interleaving of the two
-    # threads changed the shuffles from run to run (measured: weights 5.6e-3 apart)
+    # the learner shuffles minibatches from its own generator, so the interleaving of the two
+    # threads cannot change the shuffles from run to run
     env = ("isaacgym:PointReach", {"task_class": "rllib_fast.envs.standins.vectask:PointReachTask",
                                    "cfg": {"env": {"episodeLength": 16}}})
 
@@ -263,10 +263,10 @@ def test_stop_mid_iteration_does_not_deadlock():
 
 
 def test_an_interrupted_round_leaves_a_consistent_algorithm():
-    """Ctrl-C (or any error) at the barrier used to leave the executors running
-    that round; the next train() then swapped storages they were still writing,
-    on every round after. Now the round is aborted: runtime closed, storages
-    dropped, and training continues with full rounds and lag exactly one."""
+    """Ctrl-C (or any error) at the barrier aborts the round: runtime closed,
+    storages dropped, and training continues with full rounds and lag exactly
+    one (executors left running that round would still be writing the storages
+    the next train() swaps in)."""
     env = VariableTimeCreator("CartPole", mean_s=0.005, std_s=0.0, distribution="constant")
     algo = (HTSPPOConfig().environment(env, num_envs=4)
             .training(num_executors=2, sync_interval=10, decorrelate_steps=0, validate_env_on_setup=False)

@@ -77,7 +77,7 @@ def test_stooke_scaling_rule_fixes_total_batch():
 
 def test_decorrelation_desynchronises_episode_clocks():
     algo = small("Pendulum", n=64).build_algo()
-    # clocks randomised: time-outs no longer coincide
+    # clocks randomised: time-outs do not coincide
     assert len(set(algo.env.elapsed_steps.tolist())) > 20
     algo.stop()
 

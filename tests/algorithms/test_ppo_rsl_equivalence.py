@@ -1,4 +1,4 @@
-"""FastPPO with every rsl_rl option (the ``parity`` arm of ``benchmarks/rsl_parity.py``) *is*
+"""FastPPO with every rsl_rl option (the ``parity`` arm of docs/sources.md's comparison) *is*
 rsl_rl 5.4.2's PPO, number for number: on the same batch, from the same weights and the same
 minibatch permutation, one whole update (5 epochs x 4 minibatches, per-minibatch analytic-KL
 lr, per-network grad clip, whole-batch advantage normalisation, clipped value loss in return
@@ -19,7 +19,7 @@ from rsl_rl.storage import RolloutStorage as RslStorage  # noqa: E402
 from rllib_fast.algorithms.ppo import FastPPOConfig  # noqa: E402
 from rllib_fast.core.rollout import compute_gae  # noqa: E402
 
-#: every rsl_rl option on (benchmarks/rsl_parity.py's OPTIONS, bar the env-side ones)
+#: every rsl_rl option on (docs/sources.md "FastPPO vs rsl_rl", bar the env-side ones)
 PARITY = dict(init="torch", std_param="scalar", clip_actions=False, adaptive_lr_every="minibatch",
               kl_estimator="analytic", adaptive_lr_bounds=[1e-5, 1e-2], normalize_advantages_over="batch",
               normalize_values=False, vf_loss_coeff=2.0, grad_clip_scope="per_network", adam_eps=1e-8,

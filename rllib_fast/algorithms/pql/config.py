@@ -249,8 +249,8 @@ class PQLConfig(PQLFamilyConfig):
                          "both learners are on the CPU, else 'thread' (docs/pql.md)", (str,),
                          choices=("auto", "thread", "process", "ray")),
         "process_start_method": Param("auto", "backend='process': how the learner processes start ('auto': fork "
-                                      "where the OS has it -- no re-import, ~0.1 s -- else spawn, which imports "
-                                      "torch and rllib_fast again, ~2-3 s, and needs a __main__ guard)", (str,),
+                                      "where the OS has it -- no re-import -- else spawn, which imports "
+                                      "torch and rllib_fast again and needs a __main__ guard)", (str,),
                                       choices=START_METHODS),
         "learner_nice": Param(10, "backend='process': niceness added to the learner processes, so the OS gives the "
                               "Actor's simulator a core first and the learners the rest (0: equal shares)", (int,),
@@ -302,8 +302,8 @@ class PQLConfig(PQLFamilyConfig):
 
     def resolved_backend(self) -> str:
         """``backend`` with 'auto' resolved: on a CPU the learners' Python dispatch and the
-        Actor's share one GIL as threads, so separate processes win (measured in
-        docs/pql.md); on a GPU kernels release the GIL and threads share tensors for free."""
+        Actor's share one GIL as threads, so separate processes overlap where threads take
+        turns (docs/pql.md); on a GPU kernels release the GIL and threads share tensors for free."""
         if self.backend != "auto":
             return self.backend
         devices = (self.resolved_device(), self.v_learner_device, self.p_learner_device)

@@ -5,9 +5,8 @@ everything that moves per step moves through shared memory.
 Why it exists: on a CPU workstation the thread back-end's three roles share
 one GIL. With small networks an update is mostly Python dispatch, and a real
 simulator's step (mjlab: Warp kernel launches from Python) is Python too, so
-the threads take turns instead of overlapping: measured on mjlab Cartpole,
-PQL's simulator stepped at 58-64% of its raw rate inside ``env.step``. The
-Ray back-end moves the learners out of the GIL but pays a remote call per
+the threads take turns instead of overlapping (the simulator steps well
+below its raw rate inside ``env.step``; docs/pql.md). The Ray back-end moves the learners out of the GIL but pays a remote call per
 exchange. Here nothing per step is a call:
 
 * **Transitions**: a ring of ``S`` preallocated shared slots (one vectorised
@@ -28,16 +27,16 @@ exchange. Here nothing per step is a call:
   count reaches its limit, or proceeds anyway after ``max_wait_s``.
 * **Priority**: the learners run ``learner_nice`` (default 10) below the trial
   process. With three busy processes on two cores the OS then gives the
-  simulator a core first and the learners what it leaves: measured on mjlab
-  Cartpole (64 envs, 1:8), the simulator steps at 92-95% of its raw rate inside
-  ``env.step`` (72-79% at equal priority) for ~4% fewer env steps per second.
+  simulator a core first and the learners what it leaves, so the simulator
+  steps near its raw rate inside ``env.step`` while the learners wait for the
+  ratio anyway (``learner_nice=0`` gives equal shares).
 * **Control** (per iteration or rarer): a pipe per learner for resume, pause,
   state get/set, replay clearing, live hyperparameters and stop. States travel
   as ``torch.save`` bytes.
 
 The learners start by ``fork`` where the OS has it (``process_start_method``,
 see :mod:`rllib_fast.core.start_method`); with ``spawn`` they import torch and rllib_fast
-again (~2-3 s of a core each) and a plain script needs the usual
+again (seconds of a core each) and a plain script needs the usual
 ``if __name__ == "__main__":`` guard. Either way the Actor keeps taking its
 warm-up steps while they boot (up to the ring's size), and the controller is
 armed only once both report ready. A learner exits when the trial process
