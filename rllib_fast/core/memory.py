@@ -14,27 +14,39 @@ equals rsl_rl's split-and-pad scheme (each trajectory from its stored start
 state, zero after an episode end, no gradient across the boundary) with static
 shapes: the update loops over time, never over envs, and never reads a
 data-dependent count on the host.
+
+The parameters are an ``nn.LSTM``/``nn.GRU``'s (its init and its
+``weight_ih_l0``... names, so weights move between this and rsl_rl's
+``RNNModel`` as they are), but the cell is written out here (PyTorch's gate
+equations): the input projections of a whole sequence are one matrix product,
+each step is one more (``h @ W_hh``) and a few elementwise ops. Why: on the
+CPU a call of ``nn.LSTM`` costs milliseconds of fixed overhead, and a replay
+with resets takes one call per step; the written-out cell also traces to ONNX
+as plain matrix products and takes a leading member axis by batched products.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 #: the recurrent cells the ``rnn_type`` key offers
 RNN_TYPES = ("lstm", "gru")
 
 
 class RecurrentMemory(nn.Module):
-    """An ``nn.LSTM``/``nn.GRU`` (PyTorch's default init, rsl_rl's) stepped or
-    unrolled over ``[T, B, in_dim]`` with an explicit ``[K, L, B, H]`` state."""
+    """An LSTM/GRU (``nn.LSTM``/``nn.GRU`` parameters, PyTorch's default init:
+    rsl_rl's) stepped or unrolled over ``[T, B, in_dim]`` with an explicit
+    ``[K, L, B, H]`` state."""
 
     def __init__(self, in_dim: int, hidden_size: int, num_layers: int = 1, rnn_type: str = "lstm") -> None:
         super().__init__()
         if rnn_type not in RNN_TYPES:
             raise ValueError(f"RecurrentMemory: rnn_type = {rnn_type!r}; allowed: {', '.join(RNN_TYPES)}")
         cell = nn.LSTM if rnn_type == "lstm" else nn.GRU
+        #: the parameter container (``weight_ih_l{k}``, ``weight_hh_l{k}``, ``bias_ih_l{k}``, ``bias_hh_l{k}``)
         self.rnn = cell(input_size=in_dim, hidden_size=hidden_size, num_layers=num_layers)
         self.rnn_type, self.hidden_size, self.num_layers = rnn_type, hidden_size, num_layers
         self.parts = 2 if rnn_type == "lstm" else 1
@@ -48,18 +60,53 @@ class RecurrentMemory(nn.Module):
         """``state`` with the streams ``ended`` (bool ``[B]``) zeroed (a multiply: no host sync)."""
         return state * (~ended).to(state.dtype).view(1, 1, -1, 1)
 
-    def run(self, x: torch.Tensor, state: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The cell over a ``[S, B, in_dim]`` sequence from ``state`` with no resets in between:
-        outputs ``[S, B, H]`` and the state after the last step."""
-        if self.parts == 2:
-            out, (h, c) = self.rnn(x, (state[0], state[1]))
-            return out, torch.stack((h, c))
-        out, h = self.rnn(x, state[0])
-        return out, h.unsqueeze(0)
+    def _layer(self, k: int):
+        r = self.rnn
+        return (getattr(r, f"weight_ih_l{k}"), getattr(r, f"bias_ih_l{k}"),
+                getattr(r, f"weight_hh_l{k}"), getattr(r, f"bias_hh_l{k}"))
+
+    def _cell(self, gx: torch.Tensor, h: torch.Tensor, c: Optional[torch.Tensor], w_hh, b_hh):
+        """One step of one layer from the input projection ``gx`` (bias included)."""
+        gh = F.linear(h, w_hh, b_hh)
+        if self.parts == 2:   # LSTM gates i, f, g, o
+            i, f, g, o = (gx + gh).chunk(4, -1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            return torch.sigmoid(o) * torch.tanh(c), c
+        xr, xz, xn = gx.chunk(3, -1)   # GRU gates r, z, n
+        hr, hz, hn = gh.chunk(3, -1)
+        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+        n = torch.tanh(xn + r * hn)
+        return n + z * (h - n), None
+
+    def _run(self, x: torch.Tensor, state: torch.Tensor, keep: Optional[torch.Tensor],
+             final_x: Optional[torch.Tensor] = None):
+        """Layer by layer over ``x [T, B, in]`` (``keep [T, B, 1]``: 0 zeroes the state
+        before that step); returns outputs, the end state, and the outputs of one
+        more step on ``final_x`` from each step's state (or None)."""
+        lstm = self.parts == 2
+        ends = []
+        for k in range(self.num_layers):
+            w_ih, b_ih, w_hh, b_hh = self._layer(k)
+            gx = F.linear(x, w_ih, b_ih)   # every step's input projection at once
+            gfx = None if final_x is None else F.linear(final_x, w_ih, b_ih)
+            h, c = state[0, k], (state[1, k] if lstm else None)
+            outs, final_outs = [], []
+            for t in range(x.shape[0]):
+                if keep is not None:
+                    h = h * keep[t]
+                    c = c * keep[t] if lstm else None
+                h, c = self._cell(gx[t], h, c, w_hh, b_hh)
+                outs.append(h)
+                if gfx is not None:
+                    final_outs.append(self._cell(gfx[t], h, c, w_hh, b_hh)[0])
+            x = torch.stack(outs)
+            final_x = None if gfx is None else torch.stack(final_outs)
+            ends.append(torch.stack((h, c)) if lstm else h.unsqueeze(0))
+        return x, torch.stack(ends, 1), final_x
 
     def step(self, x: torch.Tensor, state: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """One step for a batch: ``x [B, in_dim]`` -> output ``[B, H]`` and the next state."""
-        out, state = self.run(x.unsqueeze(0), state)
+        out, state, _ = self._run(x.unsqueeze(0), state, None)
         return out.squeeze(0), state
 
     def unroll(self, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor,
@@ -70,15 +117,6 @@ class RecurrentMemory(nn.Module):
         (before any reset); with ``final_x [T, B, in_dim]`` (each step's true next
         input, e.g. ``final_obs``) also the outputs ``[T, B, H]`` of one more step on it
         from the state after step t -- what a recurrent critic bootstraps from."""
-        keep = (~starts).to(x.dtype).view(starts.shape[0], 1, 1, -1, 1)
-        outs, final_outs = [], []
-        for t in range(x.shape[0]):
-            state = state * keep[t]
-            out, state = self.run(x[t:t + 1], state)
-            outs.append(out[0])
-            if final_x is not None:
-                final_outs.append(self.run(final_x[t:t + 1], state)[0][0])
-        out = torch.stack(outs)
-        if final_x is None:
-            return out, state
-        return out, state, torch.stack(final_outs)
+        keep = (~starts).to(x.dtype).unsqueeze(-1)
+        out, state, final_out = self._run(x, state, keep, final_x)
+        return (out, state) if final_x is None else (out, state, final_out)

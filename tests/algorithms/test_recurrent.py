@@ -121,3 +121,17 @@ def test_checkpoint_restores_memory_exactly(tmp_path):
     assert [r["env_runners"].get("episode_return_mean") for r in ref] == \
         [r["env_runners"].get("episode_return_mean") for r in got]
     other.stop()
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_written_out_cell_is_torchs(kind):
+    """The memory's cell computes what ``nn.LSTM``/``nn.GRU`` compute with the same
+    parameters (two layers, a whole sequence without resets)."""
+    gen = torch.Generator().manual_seed(3)
+    mem = RecurrentMemory(3, 6, num_layers=2, rnn_type=kind)
+    x = torch.randn(5, 4, 3, generator=gen)
+    s0 = torch.randn(mem.parts, 2, 4, 6, generator=gen)
+    out, end = mem.unroll(x, s0, torch.zeros(5, 4, dtype=torch.bool))
+    ref, ref_end = mem.rnn(x, (s0[0], s0[1]) if kind == "lstm" else s0[0])
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(end, torch.stack(ref_end) if kind == "lstm" else ref_end.unsqueeze(0))
