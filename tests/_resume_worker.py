@@ -32,6 +32,9 @@ ENVS = ("CartPole", "Pendulum")
 # grows the lr every epoch).
 VARIANTS = {
     "FastPPO[adaptive_lr_kl]": ("FastPPO", {"adaptive_lr_kl_target": 1.0, "num_epochs": 2}),
+    # recurrent actor-critic: the memory states are part of the exact resume
+    "FastPPO[lstm]": ("FastPPO", {"rnn_type": "lstm", "rnn_hidden_size": 8}),
+    "FastPPO[gru_actor]": ("FastPPO", {"rnn_type": "gru", "rnn_on": "actor", "rnn_hidden_size": 8}),
 }
 
 

@@ -135,3 +135,26 @@ def test_written_out_cell_is_torchs(kind):
     ref, ref_end = mem.rnn(x, (s0[0], s0[1]) if kind == "lstm" else s0[0])
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(end, torch.stack(ref_end) if kind == "lstm" else ref_end.unsqueeze(0))
+
+
+def _masked_cartpole_return(rnn_type, iterations=22):
+    """Mean return after ``iterations`` of FastPPO on velocity-masked CartPole (the
+    critic reads the full state: the masked task's privileged states)."""
+    algo = (FastPPOConfig().environment("CartPole", num_envs=32, env_config={"mask_velocity": True})
+            .training(rollout_length=32, rnn_type=rnn_type, rnn_on="actor", rnn_hidden_size=32, hidden_sizes=[32, 32],
+                      num_minibatches=4)
+            .debugging(seed=0).build_algo())
+    assert algo.state_dim == 4   # asymmetric critic on the full state
+    for _ in range(iterations):
+        result = algo.train()
+    algo.stop()
+    return result["env_runners"]["episode_return_mean"]
+
+
+@pytest.mark.slow
+def test_memory_learns_masked_cartpole_where_feed_forward_fails():
+    """Without velocities the task needs memory: at the same env steps (~40k) the LSTM
+    policy is past 100 and climbing (it reaches 450 by ~90k), the feed-forward policy stays
+    below 60 (it plateaus near 50)."""
+    assert _masked_cartpole_return(None) < 60
+    assert _masked_cartpole_return("lstm") >= 100
