@@ -173,14 +173,17 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
     def compute_values(self, batch: Dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """Denormalised state values for raw observations, or for raw
         ``batch["states"]`` when the critic is asymmetric."""
+        return self.value_norm.denormalize(self.value(self.critic_input_of(batch)))
+
+    def critic_input_of(self, batch: Dict[str, Any]) -> torch.Tensor:
+        """The critic's prepared input for an RLModule batch: its raw observations,
+        or its raw ``batch["states"]`` when the critic is asymmetric."""
         if self.asymmetric:
             if "states" not in batch:
-                raise KeyError("ActorCriticModule.compute_values: this critic reads the source's states; "
+                raise KeyError(f"{type(self).__name__}.compute_values: this critic reads the source's states; "
                                "pass them as batch['states'] (observations are the actor's input only)")
-            critic_in = self.critic_input(batch["states"])
-        else:
-            critic_in = self.policy_input(batch[Columns.OBS])
-        return self.value_norm.denormalize(self.value(critic_in))
+            return self.critic_input(batch["states"])
+        return self.policy_input(batch[Columns.OBS])
 
     def get_inference_action_dist_cls(self):
         from ray.rllib.models.torch.torch_distributions import TorchCategorical, TorchDiagGaussian

@@ -160,41 +160,31 @@ class RecurrentActorCriticModule(ActorCriticModule):
             return memory.initial_state(n, device)
         return state.permute(1, 2, 0, 3).contiguous()   # [B, K, L, H] -> [K, L, B, H]
 
-    def _forward(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+    def _actor_outputs(self, batch: Dict[str, Any]):
+        """One step of the actor on a batch: RLlib's outputs (distribution inputs,
+        ``STATE_OUT``) and the actor MLP's input."""
         obs = batch[Columns.OBS]
         memory = self._state_in(batch, "actor", self.pi_memory, obs.shape[0], obs.device)
         latent, memory = self.actor_step(self.policy_input(obs), memory)
         p, log_std = self.dist_params(latent)
-        out = {Columns.ACTION_DIST_INPUTS: p if self.discrete else torch.cat([p, log_std], dim=-1),
-               "actor_latent": latent}
+        out = {Columns.ACTION_DIST_INPUTS: p if self.discrete else torch.cat([p, log_std], dim=-1)}
         if memory is not None:
             out[Columns.STATE_OUT] = {"actor": memory.permute(2, 0, 1, 3)}
-        return out
+        return out, latent
+
+    def _forward(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        return self._actor_outputs(batch)[0]
 
     def _forward_inference(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
-        out = self._forward(batch)
-        a, _ = self.sample(out.pop("actor_latent"), deterministic=True)
+        out, latent = self._actor_outputs(batch)
+        a, _ = self.sample(latent, deterministic=True)
         out[Columns.ACTIONS] = self.to_env_action(a)
         return out
-
-    def _forward_exploration(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
-        out = self._forward(batch)
-        out.pop("actor_latent")
-        return out
-
-    def _forward_train(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
-        return self._forward_exploration(batch)
 
     def compute_values(self, batch: Dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """Denormalised values of one step: the critic's memory from
         ``batch[STATE_IN]["critic"]`` (``[B, K, L, H]``; zeros when absent)."""
-        if self.asymmetric:
-            if "states" not in batch:
-                raise KeyError("RecurrentActorCriticModule.compute_values: this critic reads the source's states; "
-                               "pass them as batch['states'] (observations are the actor's input only)")
-            critic_in = self.critic_input(batch["states"])
-        else:
-            critic_in = self.policy_input(batch[Columns.OBS])
+        critic_in = self.critic_input_of(batch)
         memory = self._state_in(batch, "critic", self.vf_memory, critic_in.shape[0], critic_in.device)
         if memory is not None:
             critic_in = self.vf_memory.step(critic_in, memory)[0]

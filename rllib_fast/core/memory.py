@@ -19,10 +19,11 @@ The parameters are an ``nn.LSTM``/``nn.GRU``'s (its init and its
 ``weight_ih_l0``... names, so weights move between this and rsl_rl's
 ``RNNModel`` as they are), but the cell is written out here (PyTorch's gate
 equations): the input projections of a whole sequence are one matrix product,
-each step is one more (``h @ W_hh``) and a few elementwise ops. Why: on the
-CPU a call of ``nn.LSTM`` costs milliseconds of fixed overhead, and a replay
-with resets takes one call per step; the written-out cell also traces to ONNX
-as plain matrix products and takes a leading member axis by batched products.
+each step is one more (``h @ W_hh``) and a few elementwise ops. Why: a call
+of ``nn.LSTM`` has a fixed cost that dominates at these sizes on a CPU, and a
+replay with resets takes one call per step; the written-out cell also traces
+to ONNX as plain matrix products and takes a leading member axis by batched
+products.
 """
 from __future__ import annotations
 
