@@ -157,3 +157,28 @@ def test_memory_learns_masked_cartpole_where_feed_forward_fails():
     past 100 and climbing, the feed-forward policy below 60 (where it plateaus)."""
     assert _masked_cartpole_return(None) < 60
     assert _masked_cartpole_return("lstm") >= 100
+
+
+def test_rlmodule_api_of_a_recurrent_policy():
+    """``get_module()`` is stateful: one step per ``forward_inference`` call, the memory in
+    ``STATE_IN``/``STATE_OUT`` (``[B, K, L, H]``; zeros when absent); ``compute_actions``,
+    which has no memory to act from, says what to use instead."""
+    from ray.rllib.core.columns import Columns
+
+    algo = build("gru", "both", n=4, t=8)
+    module = algo.get_module()
+    assert module.is_stateful() and module.get_initial_state()["actor"].shape == (1, 1, 16)
+    obs = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        first = module.forward_inference({Columns.OBS: obs})
+        zeros = module.get_initial_state()["actor"].unsqueeze(0).repeat(3, 1, 1, 1)
+        again = module.forward_inference({Columns.OBS: obs, Columns.STATE_IN: {"actor": zeros}})
+        second = module.forward_inference({Columns.OBS: obs, Columns.STATE_IN: first[Columns.STATE_OUT]})
+        values = module.compute_values({Columns.OBS: obs})
+    assert first[Columns.STATE_OUT]["actor"].shape == (3, 1, 1, 16)
+    assert torch.equal(first[Columns.STATE_OUT]["actor"], again[Columns.STATE_OUT]["actor"])
+    assert not torch.equal(second[Columns.STATE_OUT]["actor"], first[Columns.STATE_OUT]["actor"])
+    assert values.shape == (3,)
+    with pytest.raises(ValueError, match="episode_actor"):
+        algo.compute_actions(obs)
+    algo.stop()
