@@ -7,6 +7,13 @@ Ray or the simulator is needed to run it (``onnxruntime`` or ``torch.jit.load``)
 Populations export one member: the best one (CEM-RL: its mean policy) or
 ``member=k``.
 
+A recurrent policy (FastPPO's ``rnn_type`` with a memory on the actor) is
+exported with its memory state as explicit inputs and outputs, named as
+rsl_rl's exports name them: ``(obs, h_in) -> (actions, h_out)`` for a GRU,
+``(obs, h_in, c_in) -> (actions, h_out, c_out)`` for an LSTM, states
+``[num_layers, batch, rnn_hidden_size]``. The caller starts every episode from
+zeros and feeds each step's outputs back as the next step's inputs.
+
 Every algorithm checkpoint also holds its policy as an RLlib module checkpoint
 at ``<checkpoint>/learner_group/learner/rl_module/default_policy`` (where RLlib
 places the module of its own algorithms), so ``RLModule.from_checkpoint`` on
@@ -147,6 +154,35 @@ class PolicyGraph(nn.Module):
         return self.module.forward_inference({Columns.OBS: obs})[Columns.ACTIONS]
 
 
+class RecurrentPolicyGraph(nn.Module):
+    """``(obs, h_in[, c_in]) -> (actions, h_out[, c_out])``: one greedy step of a
+    recurrent policy (``recurrent_module.RecurrentActorCriticModule.act``) with its
+    memory state explicit, what ONNX and TorchScript trace."""
+
+    def __init__(self, module: RLModule):
+        super().__init__()
+        self.module = module
+        self.lstm = module.pi_memory.parts == 2
+
+    def forward(self, obs: torch.Tensor, h_in: torch.Tensor, c_in: Optional[torch.Tensor] = None):
+        memory = torch.stack((h_in, c_in)) if self.lstm else h_in.unsqueeze(0)
+        _, _, actions, memory = self.module.act(obs, memory, deterministic=True)
+        if self.lstm:
+            return actions, memory[0], memory[1]
+        return actions, memory[0]
+
+
+def is_recurrent_policy(module: RLModule) -> bool:
+    """Whether ``module``'s greedy policy reads a memory (exported with state inputs)."""
+    return getattr(module, "pi_memory", None) is not None
+
+
+def example_states(module: RLModule, batch: int = 2) -> tuple:
+    """Zero memory states ``[num_layers, batch, hidden]`` (h, and c for an LSTM)."""
+    m = module.pi_memory
+    return tuple(torch.zeros(m.num_layers, batch, m.hidden_size) for _ in range(m.parts))
+
+
 def example_observations(module: RLModule, batch: int = 2) -> torch.Tensor:
     space = module.observation_space
     space.seed(0)
@@ -158,21 +194,26 @@ def export_module(module: RLModule, path: Union[str, pathlib.Path], format: str 
     if format not in FORMATS:
         raise ExportError(f"format={format!r}; allowed: {', '.join(FORMATS)}")
     # parameters frozen: the traced file's actions carry no autograd history (`.numpy()` works)
-    graph = PolicyGraph(copy.deepcopy(module).cpu()).eval().requires_grad_(False)
-    example = example_observations(module)
+    recurrent = is_recurrent_policy(module)
+    graph = (RecurrentPolicyGraph if recurrent else PolicyGraph)(copy.deepcopy(module).cpu())
+    graph = graph.eval().requires_grad_(False)
+    inputs = (example_observations(module),) + (example_states(module) if recurrent else ())
+    in_names = ["obs", "h_in", "c_in"][:len(inputs)]
+    out_names = ["actions", "h_out", "c_out"][:len(inputs)]
+    batch = torch.export.Dim("batch")
+    dynamic = ({0: batch},) + tuple({1: batch} for _ in inputs[1:])
     path = str(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with torch.no_grad(), warnings.catch_warnings():
         # shape checks of the stacked layers are constants for a fixed member count
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         if format == "torchscript":
-            torch.jit.trace(graph, example, check_trace=False).save(path)
+            torch.jit.trace(graph, inputs, check_trace=False).save(path)
         else:
             _require_onnx()
             # torch.export-based exporter (the legacy TorchScript-based one is deprecated)
-            torch.onnx.export(graph, (example,), path, input_names=["obs"], output_names=["actions"],
-                              dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True, verbose=False,
-                              external_data=False)
+            torch.onnx.export(graph, inputs, path, input_names=in_names, output_names=out_names,
+                              dynamic_shapes=dynamic, dynamo=True, verbose=False, external_data=False)
     return path
 
 

@@ -38,6 +38,9 @@ VARIANTS = {
                      "use_mirror_loss": True, "mirror_loss_coeff": 0.1},
         "rnd": {"weight": 0.5, "reward_normalization": True,
                 "weight_schedule": {"mode": "linear", "initial_step": 0, "final_step": 64, "final_value": 0.1}}}),
+    # recurrent actor-critic: the memory states are part of the exact resume
+    "FastPPO[lstm]": ("FastPPO", {"rnn_type": "lstm", "rnn_hidden_size": 8}),
+    "FastPPO[gru_actor]": ("FastPPO", {"rnn_type": "gru", "rnn_on": "actor", "rnn_hidden_size": 8}),
 }
 
 

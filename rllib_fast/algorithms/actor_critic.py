@@ -63,10 +63,11 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
             self.clip_actions = bool(mc.get("clip_actions", True))
             self.init_log_std = float(mc.get("init_log_std", 0.0))
         init = mc.get("init", "orthogonal")
-        self.pi = mlp(obs_dim, hidden, out, act, out_gain=0.01, init=init)
         state_dim = mc.get("state_dim")
         self.asymmetric = state_dim is not None
-        self.vf = mlp(int(state_dim) if self.asymmetric else obs_dim, hidden, 1, act, out_gain=1.0, init=init)
+        pi_in, vf_in = self.head_input_dims(obs_dim, int(state_dim) if self.asymmetric else obs_dim)
+        self.pi = mlp(pi_in, hidden, out, act, out_gain=0.01, init=init)
+        self.vf = mlp(vf_in, hidden, 1, act, out_gain=1.0, init=init)
         self.obs_norm = RunningMeanStd((obs_dim,))
         if self.asymmetric:  # the critic's own input statistics (states are not observations)
             self.state_norm = RunningMeanStd((int(state_dim),))
@@ -74,6 +75,15 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
         # observations, so inference must not apply the (identity) normaliser's +-10 clip either.
         self.normalize_obs = bool(mc.get("normalize_obs", True))
         self.value_norm = RunningMeanStd((), clip=math.inf)
+
+    def head_input_dims(self, obs_dim: int, critic_dim: int) -> Tuple[int, int]:
+        """Input widths of the actor and critic MLPs: the observation's and the
+        critic input's (a recurrent module puts its memory in front of them)."""
+        return obs_dim, critic_dim
+
+    def critic_parameter_names(self) -> Tuple[str, ...]:
+        """Name prefixes of the critic's parameters (``grad_clip_scope='per_network'``)."""
+        return ("vf.",)
 
     # -- hot path (normalised observations in) -------------------------------------
     def policy_input(self, obs: torch.Tensor) -> torch.Tensor:
@@ -163,14 +173,17 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
     def compute_values(self, batch: Dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """Denormalised state values for raw observations, or for raw
         ``batch["states"]`` when the critic is asymmetric."""
+        return self.value_norm.denormalize(self.value(self.critic_input_of(batch)))
+
+    def critic_input_of(self, batch: Dict[str, Any]) -> torch.Tensor:
+        """The critic's prepared input for an RLModule batch: its raw observations,
+        or its raw ``batch["states"]`` when the critic is asymmetric."""
         if self.asymmetric:
             if "states" not in batch:
-                raise KeyError("ActorCriticModule.compute_values: this critic reads the source's states; "
+                raise KeyError(f"{type(self).__name__}.compute_values: this critic reads the source's states; "
                                "pass them as batch['states'] (observations are the actor's input only)")
-            critic_in = self.critic_input(batch["states"])
-        else:
-            critic_in = self.policy_input(batch[Columns.OBS])
-        return self.value_norm.denormalize(self.value(critic_in))
+            return self.critic_input(batch["states"])
+        return self.policy_input(batch[Columns.OBS])
 
     def get_inference_action_dist_cls(self):
         from ray.rllib.models.torch.torch_distributions import TorchCategorical, TorchDiagGaussian

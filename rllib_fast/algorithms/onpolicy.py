@@ -24,7 +24,7 @@ from ..core.nets import ACTIVATIONS, INITS
 from ..core.params import POSITIVE_INT_LIST, Param
 from ..core.rollout import RolloutStorage, compute_gae
 from ..envs.base import Step
-from .actor_critic import ActorCriticModule
+from .recurrent_module import actor_critic_class, recurrent_model_config
 from .asymmetric import ASYMMETRIC_CRITIC, current_states, final_states, state_dim, step_states
 
 
@@ -105,6 +105,9 @@ class OnPolicyBatch(NamedTuple):
     #: FastPPO's symmetry extension: the rollout's mirrored transitions
     #: (``extensions.symmetry.MirroredBatch``); None without it
     mirrored: Optional[Any] = None
+    #: a recurrent actor-critic's sequence layout (``recurrent_module.Sequences``): where each env's
+    #: episodes start and the memory states the rollout began from; None for feed-forward modules
+    sequences: Optional[Any] = None
 
 
 class LearnerCollectives:
@@ -324,13 +327,14 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.state_dim = state_dim(cfg, env, type(self).__name__)
         self.critic_key, self.final_critic_key = (("states", "final_states") if self.state_dim is not None
                                                   else ("obs", "final_obs"))
-        self.module = ActorCriticModule(
+        self.module = actor_critic_class(cfg)(
             observation_space=env.single_observation_space, action_space=env.single_action_space,
             inference_only=False,
             model_config={"hidden_sizes": list(cfg.hidden_sizes), "activation": cfg.activation,
                           "init": cfg.init, "std_mode": cfg.std_mode, "init_log_std": cfg.init_log_std,
                           "std_param": cfg.std_param, "clip_actions": cfg.clip_actions,
-                          "normalize_obs": self.normalize_obs, "state_dim": self.state_dim},
+                          "normalize_obs": self.normalize_obs, "state_dim": self.state_dim,
+                          **recurrent_model_config(cfg)},
         ).to(self.device)
         self.params = list(self.module.parameters())
         #: the minibatch shuffles' generator (None: torch's default generator, the algorithm's stream)
@@ -421,15 +425,25 @@ class OnPolicyAlgorithm(FastAlgorithm):
             self.env.randomize_episode_progress()
         k = torch.randint(0, k_max + 1, (n,), device=self.device)
         for t in range(k_max):
-            policy_a, _ = self.module.sample(self._normalize_obs(self.obs, update=True))
+            policy_a = self._exploration_action(self._normalize_obs(self.obs, update=True))
             random_a = self.env.sample_actions()
             use_random = (t < k).view(-1, *([1] * (random_a.dim() - 1)))
             step = self.env.step(torch.where(use_random, random_a, self.module.to_env_action(policy_a)))
+            self._after_env_step(step)
             self.obs = step.obs
             if self.states is not None:
                 self.states = step_states(step)
         self.log_env_steps(k_max * n * self.world_size)  # every learner decorrelates its envs
         self.tracker.skip_current_episodes()
+
+    def _exploration_action(self, obs_n: torch.Tensor) -> torch.Tensor:
+        """A sampled action (policy units) for the current normalised observations of
+        the training envs (a recurrent policy also advances its memory)."""
+        return self.module.sample(obs_n)[0]
+
+    def _after_env_step(self, step: Step) -> None:
+        """After every env step of the training envs (a recurrent policy forgets the
+        episodes that ended)."""
 
     def pool_over_learners(self, reduce) -> None:
         # start-state decorrelation updated each learner's observation statistics alone
@@ -518,6 +532,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
                 st["states"][t].copy_(self.states)
             obs_n, action, logp, env_action = self._act_fn(self.obs)
             step = self._step_env(env_action)
+            self._after_env_step(step)
             if step.valid is not None:
                 self.any_invalid = True
                 st["valid"][t].copy_(step.valid)
@@ -576,6 +591,13 @@ class OnPolicyAlgorithm(FastAlgorithm):
         v_n = self.module.value(critic_in)
         return self.module.value_norm.denormalize(v_n) if self.config.normalize_values else v_n
 
+    def _rollout_values(self):
+        """``V(s_t)`` and ``V(final_obs_t)`` ``[T, N]`` (return units) of the rollout's
+        prepared critic inputs, in one batched critic pass."""
+        st = self.storage
+        both = torch.cat([st.flat(self.critic_key), st.flat(self.final_critic_key)])
+        return self._target_values(both).view(2, self.horizon, self.env.num_envs)
+
     def _targets(self) -> Targets:
         """Values of the critic's inputs (normalised observations, or states)
         and of ``final_obs`` (``final_states``) in one batched critic
@@ -586,8 +608,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         valid = st["valid"] if self.any_invalid else None
         self._prepare_critic_inputs(valid)
         with torch.no_grad():
-            both = torch.cat([st.flat(self.critic_key), st.flat(self.final_critic_key)])
-            values, next_values = self._target_values(both).view(2, T, N)
+            values, next_values = self._rollout_values()
             vnorm = module.value_norm
             adv, ret = compute_gae(st["rewards"], values, next_values, st["terminated"], st["done"],
                                    cfg.gamma, cfg.lambda_, valid)

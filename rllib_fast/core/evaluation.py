@@ -13,8 +13,29 @@ from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EPISODE_LEN_MEAN, EPISOD
 from .seeding import EVALUATION, derive_seed
 
 
+class EpisodeActor:
+    """How an evaluation acts in its own envs: ``act(obs)`` every step and
+    ``forget(ended)`` after it (bool ``[n]``: episodes that ended). This one
+    acts through ``compute_actions`` and remembers nothing; a policy with a
+    memory keeps one per env of its own (FastPPO's ``rnn_type``)."""
+
+    def __init__(self, algo, explore: bool) -> None:
+        self.algo, self.explore = algo, explore
+
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.algo.compute_actions(obs, explore=self.explore)
+
+    def forget(self, ended: torch.Tensor) -> None:
+        """Nothing to forget."""
+
+
 class Evaluation:
     """``evaluate()`` of a FastAlgorithm (a base of :class:`~.algorithm.FastAlgorithm`)."""
+
+    def episode_actor(self, num_envs: int, explore: bool = False) -> EpisodeActor:
+        """The policy acting in ``num_envs`` envs of its own from their episodes' starts
+        (evaluation; ``explore``: sampled, else greedy actions)."""
+        return EpisodeActor(self, explore)
 
     # -- evaluation -------------------------------------------------------------
     def evaluate(self, parallel_train_future=None) -> Dict[str, Any]:
@@ -55,9 +76,11 @@ class Evaluation:
         path_limit = cfg.evaluation_max_path_length or env.max_episode_steps or 100_000
         limit = min(path_limit, cfg.evaluation_max_env_steps or path_limit)
         explore = bool(self.evaluation_config.explore)
+        actor = self.episode_actor(n, explore)
         for t in range(limit):
-            step = env.step(self.compute_actions(obs, explore=explore))
+            step = env.step(actor.act(obs))
             valid = step.valid if step.valid is not None else torch.ones_like(finished)
+            actor.forget(step.done | ~valid)
             active = ~finished & valid
             ret += torch.where(active, step.reward.double(), torch.zeros_like(ret))
             length += active.long()

@@ -15,6 +15,15 @@ episode ended; this costs a few random numbers but needs no data-dependent
 control flow, and makes the generator's consumption independent of which envs
 ended (so trajectories are reproducible and restorable bit-exactly).
 
+Partially observed variants: ``mask_velocity=True`` (``env_config={"mask_velocity":
+True}``) removes the velocity entries from CartPole's and Pendulum's observation,
+so a policy must infer them from the history (a task that needs memory: FastPPO's
+``rnn_type``); ``observed_terms=[...]`` keeps any chosen entries of the full
+observation (e.g. CartPole ``[0, 2, 3]`` hides the cart's velocity). The full observation is then the source's privileged ``states``
+(``single_state_space``, ``env.states``, ``Step.extras["states"]`` /
+``["final_states"]``: docs/sources.md), what an asymmetric critic or a teacher
+reads.
+
 Discrete actions must be integer tensors (a float tensor is a TypeError) and
 index a small table with ``index_select``, which rejects out-of-range and
 negative indices (an error on CPU, a device-side assert on CUDA: no host sync
@@ -44,15 +53,21 @@ class _ClassicControlEnv(TensorVecEnv):
     """Shared batching, time limit, auto-reset, seeding and checkpointing.
 
     Subclasses define spaces, ``state_dim``, the uniform initial-state box
-    (``init_low``/``init_high``), ``_dynamics`` and ``_observe``.
+    (``init_low``/``init_high``), ``_dynamics`` and ``_observe`` (the full
+    observation), and ``velocity_entries`` where ``mask_velocity`` applies.
     """
 
     state_dim: int
     init_low: Sequence[float]
     init_high: Sequence[float]
+    #: the full observation's velocity entries (removed by ``mask_velocity``)
+    velocity_entries: Tuple[int, ...] = ()
+    #: the privileged states' space (the full observation) when velocities are masked, else None
+    single_state_space = None
 
     def __init__(self, num_envs: int, device: Any, seed: Optional[int],
-                 max_episode_steps: Optional[int], autoreset: bool):
+                 max_episode_steps: Optional[int], autoreset: bool, mask_velocity: bool = False,
+                 observed_terms: Optional[Sequence[int]] = None):
         if max_episode_steps is not None and int(max_episode_steps) < 1:
             raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
         self.num_envs = check_num_envs(num_envs)
@@ -73,6 +88,30 @@ class _ClassicControlEnv(TensorVecEnv):
         self.elapsed_steps = torch.zeros(self.num_envs, dtype=torch.int32, device=self.device)
         self._needs_reset = True
         self._transition_fn = self._transition   # compile_step may replace it
+        full = self.single_observation_space
+        name = type(self).__name__
+        if mask_velocity and observed_terms is not None:
+            raise ValueError(f"{name}: give mask_velocity or observed_terms, not both")
+        if mask_velocity:
+            if not self.velocity_entries:
+                raise ValueError(f"{name}: mask_velocity = True is not offered by this task; "
+                                 "allowed: False (CartPole and Pendulum offer it)")
+            observed_terms = [i for i in range(full.shape[0]) if i not in self.velocity_entries]
+        kept = None
+        if observed_terms is not None:
+            kept = [int(i) for i in observed_terms]
+            if not kept or len(set(kept)) != len(kept) or not all(0 <= i < full.shape[0] for i in kept):
+                raise ValueError(f"{name}: observed_terms = {list(observed_terms)}; allowed: distinct indices "
+                                 f"of the full observation (0..{full.shape[0] - 1})")
+        #: the observed entries of the full observation (None: all of it)
+        self.observed_terms = None if kept is None else tuple(kept)
+        #: the policy sees part of the observation; the full one is the privileged ``states``
+        self.mask_velocity = kept is not None
+        self._kept = None
+        if kept is not None:
+            self._kept = torch.tensor(kept, device=self.device)
+            self.single_state_space = full
+            self.single_observation_space = spaces.Box(full.low[kept], full.high[kept], dtype=np.float32)
 
     # -- task-specific ------------------------------------------------------
     def _dynamics(self, state: torch.Tensor, action: torch.Tensor
@@ -83,6 +122,15 @@ class _ClassicControlEnv(TensorVecEnv):
     def _observe(self, state: torch.Tensor) -> torch.Tensor:
         """Observation of ``state``; always a new tensor."""
         raise NotImplementedError("abstract: subclasses define the observation")
+
+    def _observed(self, full_obs: torch.Tensor) -> torch.Tensor:
+        """The policy's observation from the full one (velocities removed under ``mask_velocity``)."""
+        return full_obs if self._kept is None else full_obs.index_select(1, self._kept)
+
+    @property
+    def states(self) -> Optional[torch.Tensor]:
+        """The full observations (``mask_velocity``; None otherwise): the privileged states."""
+        return self._observe(self.state) if self.mask_velocity else None
 
     # -- helpers ------------------------------------------------------------
     def _sample_init(self) -> torch.Tensor:
@@ -105,14 +153,14 @@ class _ClassicControlEnv(TensorVecEnv):
         self.state = self._sample_init()
         self.elapsed_steps = torch.zeros_like(self.elapsed_steps)
         self._needs_reset = False
-        return self._observe(self.state)
+        return self._observed(self._observe(self.state))
 
     def reset_idx(self, mask: torch.Tensor) -> torch.Tensor:
         """Reset the envs where ``mask`` (bool ``[N]``) is set; returns the full obs."""
         mask = torch.as_tensor(mask, device=self.device).reshape(self.num_envs).bool()
         self.state = torch.where(mask[:, None], self._sample_init(), self.state)
         self.elapsed_steps = self.elapsed_steps.masked_fill(mask, 0)
-        return self._observe(self.state)
+        return self._observed(self._observe(self.state))
 
     def randomize_episode_progress(self) -> None:
         """Set each env's episode clock to a uniform-random point of its time
@@ -132,7 +180,10 @@ class _ClassicControlEnv(TensorVecEnv):
         state, elapsed, obs, reward, terminated, truncated, final_obs = self._transition_fn(
             self.state, self.elapsed_steps, action, init)
         self.state, self.elapsed_steps = state, elapsed
-        return Step(obs, reward, terminated, truncated, final_obs)
+        if not self.mask_velocity:
+            return Step(obs, reward, terminated, truncated, final_obs)
+        return Step(self._observed(obs), reward, terminated, truncated, self._observed(final_obs),
+                    extras={"states": obs, "final_states": final_obs})
 
     def _transition(self, state, elapsed, action, init):
         """One step's tensor work, a pure function of its arguments: dynamics,
@@ -196,62 +247,17 @@ class CartPoleEnv(_ClassicControlEnv):
     force_mag, tau = 10.0, 0.02
     theta_threshold = 12 * 2 * math.pi / 360
     x_threshold = 2.4
-    #: the observed columns of the state when the velocities are masked
-    POSITIONS = (0, 2)
+    velocity_entries = (1, 3)
 
     def __init__(self, num_envs: int = 1, device: Any = "cpu", seed: Optional[int] = None,
-                 max_episode_steps: Optional[int] = 500, autoreset: bool = True, mask_velocities: bool = False,
+                 max_episode_steps: Optional[int] = 500, autoreset: bool = True, mask_velocity: bool = False,
                  observed_terms: Optional[Sequence[int]] = None):
-        """Partially observed variants (``env_config``): ``mask_velocities``
-        observes ``[x, theta]`` only; ``observed_terms`` any subset of the state's
-        columns ``[x, x_dot, theta, theta_dot]`` by index. The full state is then
-        the source's privileged ``states`` (``single_state_space``, ``states``,
-        ``Step.extras["states"/"final_states"]``): the asymmetric critic's and a
-        distillation teacher's input."""
         high = np.array([self.x_threshold * 2, np.inf, self.theta_threshold * 2, np.inf],
                         dtype=np.float32)
-        if mask_velocities and observed_terms is not None:
-            raise ValueError("CartPoleEnv: give mask_velocities or observed_terms, not both")
-        terms = self.POSITIONS if mask_velocities else observed_terms
-        if terms is not None:
-            terms = tuple(int(i) for i in terms)
-            if not terms or len(set(terms)) != len(terms) or not all(0 <= i < self.state_dim for i in terms):
-                raise ValueError(f"CartPoleEnv: observed_terms = {list(terms)}; allowed: distinct indices of "
-                                 "[x, x_dot, theta, theta_dot] (0..3)")
-        self.observed_terms = terms
-        self.mask_velocities = terms is not None
-        full = spaces.Box(-high, high, dtype=np.float32)
-        if self.mask_velocities:
-            pos = np.array(terms)
-            self.single_observation_space = spaces.Box(-high[pos], high[pos], dtype=np.float32)
-            self.single_state_space = full
-        else:
-            self.single_observation_space = full
+        self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
         self.single_action_space = spaces.Discrete(2)
-        super().__init__(num_envs, device, seed, max_episode_steps, autoreset)
+        super().__init__(num_envs, device, seed, max_episode_steps, autoreset, mask_velocity, observed_terms)
         self._force = torch.tensor([-self.force_mag, self.force_mag], device=self.device)
-        self._positions = torch.tensor(terms if terms is not None else (), dtype=torch.long, device=self.device)
-
-    def _masked(self, full: torch.Tensor) -> torch.Tensor:
-        return full.index_select(1, self._positions) if self.mask_velocities else full
-
-    @property
-    def states(self) -> Optional[torch.Tensor]:
-        """The full state (privileged) when velocities are masked, else None."""
-        return self.state.clone() if self.mask_velocities else None
-
-    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
-        return self._masked(super().reset(seed))
-
-    def reset_idx(self, mask: torch.Tensor) -> torch.Tensor:
-        return self._masked(super().reset_idx(mask))
-
-    def step(self, actions: torch.Tensor) -> Step:
-        step = super().step(actions)
-        if not self.mask_velocities:
-            return step
-        return step._replace(obs=self._masked(step.obs), final_obs=self._masked(step.final_obs),
-                             extras={"states": step.obs, "final_states": step.final_obs})
 
     def _dynamics(self, state, action):
         x, x_dot, theta, theta_dot = state.unbind(1)
@@ -350,15 +356,17 @@ class PendulumEnv(_ClassicControlEnv):
     state_dim = 2
     init_low, init_high = (-math.pi, -1.0), (math.pi, 1.0)
     max_speed, max_torque, dt, mass, length = 8.0, 2.0, 0.05, 1.0, 1.0
+    velocity_entries = (2,)
 
     def __init__(self, num_envs: int = 1, device: Any = "cpu", seed: Optional[int] = None,
-                 max_episode_steps: Optional[int] = 200, autoreset: bool = True, g: float = 10.0):
+                 max_episode_steps: Optional[int] = 200, autoreset: bool = True, g: float = 10.0,
+                 mask_velocity: bool = False, observed_terms: Optional[Sequence[int]] = None):
         self.g = float(g)
         high = np.array([1.0, 1.0, self.max_speed], dtype=np.float32)
         self.single_action_space = spaces.Box(low=-self.max_torque, high=self.max_torque,
                                               shape=(1,), dtype=np.float32)
         self.single_observation_space = spaces.Box(low=-high, high=high, dtype=np.float32)
-        super().__init__(num_envs, device, seed, max_episode_steps, autoreset)
+        super().__init__(num_envs, device, seed, max_episode_steps, autoreset, mask_velocity, observed_terms)
 
     def _dynamics(self, state, action):
         th, thdot = state.unbind(1)

@@ -57,6 +57,13 @@ seed and builds ``ManagerBasedRlEnv`` on ``device``. Or pass ``env``, a built
 ``ManagerBasedRlEnv`` (with ``auto_reset=False``; ``auto_reset=True`` together with
 ``exact_final_obs=False``). From an algorithm config:
 ``env_config={"exact_final_obs": False}``.
+
+Partially observed tasks: ``drop_actor_terms`` removes observation terms from
+the ``actor`` group (mjlab skips a term set to None), e.g. Cartpole without
+velocities: ``env_config={"drop_actor_terms": ["cart_vel", "pole_vel"]}``. The
+critic group keeps them, so it differs from the actor's and is exposed as the
+privileged ``states`` (an asymmetric critic, a distillation teacher); a policy
+must then infer the velocities from its history (FastPPO's ``rnn_type``).
 """
 from __future__ import annotations
 
@@ -147,7 +154,7 @@ class MjlabVecEnv(IsaacLabVecEnv):
 def make_mjlab(task_id: str, num_envs: int = 1, device: Any = "cpu", seed: Optional[int] = None, *,
                env: Any = None, cfg: Optional[Dict[str, Any]] = None, play: bool = False,
                clip_obs: Optional[float] = None, clip_actions: Optional[float] = None,
-               exact_final_obs: bool = True) -> MjlabVecEnv:
+               exact_final_obs: bool = True, drop_actor_terms: Optional[List[str]] = None) -> MjlabVecEnv:
     """Creator behind ``mjlab:<task id>`` (e.g. ``mjlab:Mjlab-Cartpole-Balance``,
     ``mjlab:Mjlab-Velocity-Flat-Unitree-Go1``); see the module docstring."""
     num_envs = check_num_envs(num_envs)
@@ -175,6 +182,7 @@ def make_mjlab(task_id: str, num_envs: int = 1, device: Any = "cpu", seed: Optio
             set_path(env_cfg, k, v, strict=True)
         except (AttributeError, KeyError) as e:
             raise ValueError(f"mjlab: cannot set env config override {k!r} on {task_id} ({e})") from None
+    drop_terms(env_cfg, task_id, drop_actor_terms)
     env_cfg.scene.num_envs = num_envs
     env_cfg.seed = seed
     env_cfg.auto_reset = not exact_final_obs
@@ -186,6 +194,25 @@ def make_mjlab(task_id: str, num_envs: int = 1, device: Any = "cpu", seed: Optio
                       exact_final_obs=exact_final_obs)
     out.normalize_obs_hint = rsl_rl_obs_normalization(rl_cfg)
     return out
+
+
+def drop_terms(env_cfg: Any, task_id: str, names: Optional[List[str]], group: str = "actor") -> None:
+    """Remove the observation terms ``names`` from ``group`` of ``env_cfg`` (set to
+    None, which mjlab skips); an unknown term is a one-line ValueError."""
+    if not names:
+        return
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"mjlab: drop_actor_terms = {names!r}; allowed: a list of term names")
+    terms = env_cfg.observations[group].terms
+    active = [k for k, v in terms.items() if v is not None]
+    for name in names:
+        if name not in active:
+            raise ValueError(f"mjlab: drop_actor_terms: {task_id} has no {group} observation term {name!r}; "
+                             f"allowed: {', '.join(active)}")
+        terms[name] = None
+    if not any(v is not None for v in terms.values()):
+        raise ValueError(f"mjlab: drop_actor_terms removes every {group} observation term of {task_id}; "
+                         "allowed: a proper subset")
 
 
 def rsl_rl_obs_normalization(rl_cfg: Any) -> Optional[bool]:

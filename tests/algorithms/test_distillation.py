@@ -51,9 +51,9 @@ def test_partially_observed_cartpole_exposes_the_full_state_as_privileged_states
     torch.testing.assert_close(step.final_obs, step.extras["final_states"][:, [0, 2, 3]])
     torch.testing.assert_close(step.extras["states"], env.states)
     assert not torch.equal(step.extras["states"], step.extras["final_states"])
-    masked = CartPoleEnv(2, seed=0, mask_velocities=True)
+    masked = CartPoleEnv(2, seed=0, mask_velocity=True)
     assert masked.reset().shape == (2, 2) and masked.observed_terms == (0, 2)
-    assert CartPoleEnv(2).states is None and not hasattr(CartPoleEnv(2), "single_state_space")
+    assert CartPoleEnv(2).states is None and CartPoleEnv(2).single_state_space is None
     with pytest.raises(ValueError, match="observed_terms"):
         CartPoleEnv(2, observed_terms=[0, 4])
 

@@ -29,6 +29,7 @@ from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, Targets, UpdateRule, ma
 from .config import FastPPOConfig
 from .loss import analytic_kl, approx_kl, kl_adapted_lr, ppo_loss
 from .overlap import OverlapSchedule
+from .recurrent import RecurrentActing, SequenceMinibatches
 from .symmetric import symmetric_ppo_loss
 
 
@@ -96,8 +97,6 @@ class PPOUpdate(UpdateRule):
         ``learn_while_stepping`` spreads an update over the next rollout's env steps
         (``ppo.overlap``); ``learn`` runs it to the end."""
         s, device = self.settings, self.device
-        B = batch.advantages.shape[0]
-        mb = B // s.num_minibatches
         w = batch.weights
         stats = torch.zeros(6, device=device)  # pg, vf, ent, kl, clipfrac, count
         adapt = s.adaptive_lr_kl_target is not None
@@ -111,13 +110,13 @@ class PPOUpdate(UpdateRule):
             batch = batch._replace(advantages=standardize(batch.advantages, w, self.learners.sum_, unbiased=True))
         perm = None
         for _ in range(s.num_epochs):
-            if perm is None or s.shuffle == "epoch":   # 'once': every epoch reuses the first permutation
-                perm = torch.randperm(B, device=device, generator=self.shuffle_generator)
+            if perm is None or s.shuffle == "epoch":   # 'once': every epoch reuses the first order
+                perm = self.minibatch_order(batch)
             epoch_kl = torch.zeros((), device=device)
             for i in range(s.num_minibatches):
-                idx = perm[i * mb:(i + 1) * mb]
+                idx = self.minibatch_rows(batch, perm, i)
                 # global masked means across data-parallel learners (one all-reduce, outside the step)
-                denom = self.learners.mean_denominator(w[idx] if w is not None else None, mb, device)
+                denom = self.learners.mean_denominator(w[idx] if w is not None else None, idx.shape[0], device)
                 kl = self._minibatch_kl(batch, idx, denom, start) if per_minibatch or start is not None else None
                 if per_minibatch:   # rsl_rl: adapt before the step, and the step uses the new lr
                     self._adapt_lr_tensor(lr_t, kl)
@@ -141,6 +140,28 @@ class PPOUpdate(UpdateRule):
         out["curr_lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
+    def minibatch_order(self, batch: OnPolicyBatch) -> torch.Tensor:
+        """The order the batch's rows are dealt into minibatches: a random permutation
+        (``shuffle`` 'epoch'/'once'), or storage order (``shuffle='none'``)."""
+        B = batch.advantages.shape[0]
+        if self.settings.shuffle == "none":
+            return torch.arange(B, device=self.device)
+        return torch.randperm(B, device=self.device, generator=self.shuffle_generator)
+
+    def minibatch_rows(self, batch: OnPolicyBatch, order: torch.Tensor, i: int) -> torch.Tensor:
+        """The rows of minibatch ``i`` (of ``num_minibatches``) under ``order``."""
+        mb = batch.advantages.shape[0] // self.settings.num_minibatches
+        return order[i * mb:(i + 1) * mb]
+
+    def actor_features(self, batch: OnPolicyBatch, idx: Optional[torch.Tensor]) -> torch.Tensor:
+        """What the actor's MLP reads for rows ``idx`` (None: all): the stored normalised
+        observations (a recurrent actor replays them through its memory)."""
+        return batch.obs if idx is None else batch.obs[idx]
+
+    def critic_features(self, batch: OnPolicyBatch, idx: Optional[torch.Tensor]) -> torch.Tensor:
+        """What the critic's MLP reads for rows ``idx`` (None: all): the prepared critic inputs."""
+        return batch.critic_in if idx is None else batch.critic_in[idx]
+
     def loss(self, batch: OnPolicyBatch, idx: Optional[torch.Tensor], denom: Optional[torch.Tensor]):
         """One minibatch's clipped-surrogate loss and its ``STATS``; the part of
         the step ``compile`` compiles (minibatch shapes are fixed)."""
@@ -149,11 +170,11 @@ class PPOUpdate(UpdateRule):
             return symmetric_ppo_loss(self, batch, idx, denom)
         w = batch.weights
         wi = w[idx] if w is not None else None
-        logp, entropy = module.evaluate_actions(batch.obs[idx], batch.actions[idx])
+        logp, entropy = module.evaluate_actions(self.actor_features(batch, idx), batch.actions[idx])
         adv = batch.advantages[idx]
         if s.normalize_advantages and s.normalize_advantages_over == "minibatch":
             adv = standardize(adv, wi, self.learners.sum_)
-        v = module.value(batch.critic_in[idx])
+        v = module.value(self.critic_features(batch, idx))
         kl_old = None if batch.kl_logp is None else batch.kl_logp[idx]
         return ppo_loss(logp, entropy, batch.logp[idx], adv, v, batch.value_targets[idx], batch.old_values[idx],
                         clip_param=s.clip_param, vf_clip_param=s.vf_clip_param, vf_loss_coeff=s.vf_loss_coeff,
@@ -165,7 +186,8 @@ class PPOUpdate(UpdateRule):
         if self.settings.grad_clip_scope == "global":
             return [self.params]
         named = list(self.module.named_parameters())
-        return [[p for n, p in named if not n.startswith("vf.")], [p for n, p in named if n.startswith("vf.")]]
+        critic = self.module.critic_parameter_names()
+        return [[p for n, p in named if not n.startswith(critic)], [p for n, p in named if n.startswith(critic)]]
 
     def _start_logp(self, batch: OnPolicyBatch) -> torch.Tensor:
         """``kl_reference='update_start'``: the batch's actions' log-probabilities
@@ -177,7 +199,7 @@ class PPOUpdate(UpdateRule):
         movement and shrinks the lr (mjlab swing-up: median lr in the first quarter
         of a run 1e-3 against 4.4e-3 synchronous, and 1.16x the env steps)."""
         with torch.no_grad():
-            logp, _ = self.module.evaluate_actions(batch.obs, batch.actions)
+            logp, _ = self.module.evaluate_actions(self.actor_features(batch, None), batch.actions)
         return logp
 
     def _start_policy(self, batch: OnPolicyBatch):
@@ -187,7 +209,7 @@ class PPOUpdate(UpdateRule):
         means and stds rsl_rl stores during the rollout (the actor reads the
         stored, already normalised observations)."""
         with torch.no_grad():
-            p, log_std = self.module.dist_params(batch.obs)
+            p, log_std = self.module.dist_params(self.actor_features(batch, None))
             return p, (None if log_std is None else log_std.expand_as(p))
 
     def _minibatch_kl(self, batch: OnPolicyBatch, idx: torch.Tensor, denom, start) -> torch.Tensor:
@@ -200,11 +222,11 @@ class PPOUpdate(UpdateRule):
         wi = w[idx] if w is not None else None
         with torch.no_grad():
             if start is None:
-                logp, _ = self.module.evaluate_actions(batch.obs[idx], batch.actions[idx])
+                logp, _ = self.module.evaluate_actions(self.actor_features(batch, idx), batch.actions[idx])
                 log_ratio = logp - (batch.logp if batch.kl_logp is None else batch.kl_logp)[idx]
                 kl = approx_kl(log_ratio.exp(), log_ratio, wi, denom)
             else:
-                p, log_std = self.module.dist_params(batch.obs[idx])
+                p, log_std = self.module.dist_params(self.actor_features(batch, idx))
                 old_log_std = None if start[1] is None else start[1][idx]
                 kl = masked_mean(analytic_kl(start[0][idx], old_log_std, p, log_std), wi, denom)
             if self.settings.adaptive_lr_every == "minibatch":
@@ -245,12 +267,18 @@ class PPOUpdate(UpdateRule):
             group["lr"] = kl_adapted_lr(group["lr"], kl, s.adaptive_lr_kl_target, lo, hi)
 
 
-class FastPPO(OnPolicyAlgorithm):
+class RecurrentPPOUpdate(SequenceMinibatches, PPOUpdate):
+    """PPO's update over whole env sequences (FastPPO with ``rnn_type``: :mod:`.recurrent`)."""
+
+
+class FastPPO(RecurrentActing, OnPolicyAlgorithm):
     """Synchronous batched PPO: the on-policy loop with PPO's update; with
     ``learn_while_stepping`` each update runs during the next rollout, in the
-    simulator's shadow (:mod:`.overlap`)."""
+    simulator's shadow (:mod:`.overlap`); with ``rnn_type`` a recurrent
+    actor-critic (:mod:`.recurrent`)."""
 
     UPDATE = PPOUpdate
+    RECURRENT_UPDATE = RecurrentPPOUpdate
     LEARNS_WHILE_STEPPING = True
     #: the optional extension keys this algorithm implements (:mod:`..extensions`)
     EXTENSIONS = ("symmetry", "rnd")

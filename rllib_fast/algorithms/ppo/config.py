@@ -6,6 +6,7 @@ from ...core.start_method import START_METHODS
 from ..extensions.rnd import rnd_error
 from ..extensions.symmetry import symmetry_error
 from ..onpolicy import OnPolicyConfig
+from ..recurrent_module import RECURRENT_HYPERPARAMETERS
 
 
 class FastPPOConfig(OnPolicyConfig):
@@ -83,8 +84,10 @@ class FastPPOConfig(OnPolicyConfig):
         "grad_clip_scope": Param("global", "how grad_clip applies: 'global' (one norm over all parameters) or "
                                  "'per_network' (actor and critic each clipped to grad_clip: rsl_rl's)", (str,),
                                  choices=("global", "per_network")),
-        "shuffle": Param("epoch", "minibatch order: 'epoch' (a new permutation every epoch) or 'once' (one "
-                         "permutation per update, reused by every epoch: rsl_rl's)", (str,), choices=("epoch", "once")),
+        "shuffle": Param("epoch", "minibatch order: 'epoch' (a new permutation every epoch), 'once' (one "
+                         "permutation per update, reused by every epoch: rsl_rl's) or 'none' (storage order; with "
+                         "rnn_type, contiguous blocks of envs: rsl_rl's recurrent minibatches)", (str,),
+                         choices=("epoch", "once", "none")),
         "adam_eps": Param(1e-5, "Adam epsilon (rsl_rl: torch's default 1e-8)", low=0.0, low_open=True),
         "symmetry": Param(None, "symmetry augmentation and/or mirror loss (rsl_rl's symmetry_cfg; FastPPO): a dict "
                           "{mirror_fn: 'module:function' or a callable (obs=, actions=, states=) -> (mirrored obs, "
@@ -97,6 +100,7 @@ class FastPPOConfig(OnPolicyConfig):
                      "predictor_hidden_dims, target_hidden_dims, activation, state_normalization, "
                      "reward_normalization, learning_rate} (docs/rsl_rl-features.md); None: off",
                      (dict,), optional=True),
+        **RECURRENT_HYPERPARAMETERS,
     }
 
     def validate_extensions(self) -> None:
@@ -135,6 +139,8 @@ class FastPPOConfig(OnPolicyConfig):
             if (self.num_learners or 0) > 1:
                 self._value_error(f"{type(self).__name__}: `learn_while_stepping` = True needs one learner "
                                   f"(`num_learners` = {self.num_learners}); allowed: num_learners <= 1")
+        if self.rnn_type is not None:
+            self._validate_recurrent()
         learners = max(1, int(self.num_learners or 0))
         batch = self.resolved_horizon() * self.num_envs // learners   # each data-parallel learner splits its own share
         if batch < self.num_minibatches:
@@ -142,3 +148,22 @@ class FastPPOConfig(OnPolicyConfig):
                     if learners > 1 else "the batch rollout_length*num_envs")
             self._value_error(f"FastPPOConfig: `num_minibatches` = {self.num_minibatches} exceeds {what} "
                               f"= {batch}; allowed: <= {batch}")
+
+    def _validate_recurrent(self) -> None:
+        """``rnn_type`` set: the combinations the recurrent actor-critic supports."""
+        name = getattr(self.algo_class, "__name__", "this algorithm")
+        if not getattr(self.algo_class, "SUPPORTS_RECURRENT", False):
+            self._value_error(f"{type(self).__name__}: `rnn_type` = {self.rnn_type!r} is FastPPO's; {name} has no "
+                              "recurrent actor-critic; allowed: None")
+        for key, value, allowed in (("learn_while_stepping", self.learn_while_stepping, False),
+                                    ("compile", self.compile, False), ("symmetry", self.symmetry, None)):
+            if value not in (allowed, None):
+                self._value_error(f"{type(self).__name__}: `{key}` = {value!r} does not combine with `rnn_type` = "
+                                  f"{self.rnn_type!r}; allowed: {allowed}")
+        if (self.num_learners or 0) > 1:
+            self._value_error(f"{type(self).__name__}: `rnn_type` = {self.rnn_type!r} needs one learner "
+                              f"(`num_learners` = {self.num_learners}); allowed: num_learners <= 1")
+        if self.num_minibatches > self.num_envs:
+            self._value_error(f"{type(self).__name__}: `num_minibatches` = {self.num_minibatches} exceeds `num_envs` "
+                              f"= {self.num_envs} (with rnn_type a minibatch is a set of envs' whole sequences); "
+                              f"allowed: <= {self.num_envs}")
