@@ -116,16 +116,17 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
             what="framework-free PPO (benchmarks/single_file_ppo.py), FastPPO's schedule, N=64")],
           target=475.0, budget_s=180, probe=dict(kind="builtin", env="CartPole", num_envs=64), peer="rllib-ppo"),
     Suite("go1", "envpool Go1 joystick (flat): return reached in 20 minutes, then time to it", [
-        Arm("rsl_rl-256", "rsl_rl_envpool", dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=256,
+        Arm("rsl_rl-64", "rsl_rl_envpool", dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64,
                                                  mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1"),
-            what="rsl_rl's runner, mjlab's Go1 PPO settings, through benchmarks/peers/envpool_rsl_rl.py"),
+            what="rsl_rl's runner, mjlab's Go1 PPO settings, N=64 as our arms (a Go1 pool holds ~40-90 MB per env), "
+                 "through benchmarks/peers/envpool_rsl_rl.py"),
         Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml")),
         Arm("pql", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pql.yaml")),
         Arm("pql-threads", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pql.yaml",
                                                    overrides={"backend": "thread"}),
             what="the same file, learners as threads in one process"),
         Arm("pop_ppo-4", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pop-ppo.yaml"))],
-          mode="fixed", budget_s=1200, reference="rsl_rl-256", peer="rsl_rl",
+          mode="fixed", budget_s=1200, reference="rsl_rl-64", peer="rsl_rl",
           probe=dict(kind="envpool", task="Go1JoystickFlatTerrain-v1", num_envs=64)),
     Suite("ant", "envpool Ant-v4: return reached in 20 minutes, then time to it", [
         Arm("rl_games-ppo", "rl_games", dict(config="configs/mujoco/ant_envpool.yaml"),
