@@ -278,7 +278,7 @@ def rsl_rl_envpool(session: Any, task: str, num_envs: int, mjlab_task: str) -> N
     import torch
     import mjlab.tasks  # noqa: F401 - registers the tasks
     from mjlab.tasks.registry import load_rl_cfg
-    from rsl_rl.runners import OnPolicyRunner
+    from mjlab.rl.runner import MjlabOnPolicyRunner
 
     from peers.envpool_rsl_rl import EnvpoolRslVecEnv
 
@@ -286,7 +286,8 @@ def rsl_rl_envpool(session: Any, task: str, num_envs: int, mjlab_task: str) -> N
     env = EnvpoolRslVecEnv(task.removeprefix("envpool:"), num_envs, session.seed, "cpu")
     cfg = dataclasses.asdict(load_rl_cfg(mjlab_task))
     cfg["seed"] = session.seed
-    runner = OnPolicyRunner(env, cfg, None, "cpu")
+    # mjlab's runner: rsl_rl's OnPolicyRunner with mjlab's clean-up of unset model keys (cnn/rnn)
+    runner = MjlabOnPolicyRunner(env, cfg, None, "cpu")
     _train_rsl_rl(session, env, runner)
 
 
