@@ -41,6 +41,7 @@ from torch import nn
 from ...core.nets import ACTIVATIONS, mlp
 from ...core.normalize import RunningMeanStd
 from ..asymmetric import final_states
+from .settings import dict_key_error
 
 RND_KEYS = {"weight": 1.0, "weight_schedule": None, "obs_group": "obs", "obs_indices": None, "num_outputs": 16,
             "predictor_hidden_dims": [64, 64], "target_hidden_dims": [64, 64], "activation": "elu",
@@ -61,11 +62,9 @@ def rnd_error(value: Any, owner: str = "FastPPOConfig") -> Optional[str]:
     """Why ``rnd`` = ``value`` is not allowed (one line), or None."""
     if value is None:
         return None
-    if not isinstance(value, Mapping):
-        return f"{owner}: `rnd` = {value!r}; allowed: None or a dict with keys {sorted(RND_KEYS)}"
-    unknown = sorted(set(value) - set(RND_KEYS))
-    if unknown:
-        return f"{owner}: `rnd.{unknown[0]}` is not a key; allowed: {', '.join(sorted(RND_KEYS))}"
+    shape = dict_key_error("rnd", value, RND_KEYS, owner)
+    if shape:
+        return shape
     v = {**RND_KEYS, **dict(value)}
     checks = [
         ("weight", _number(v["weight"]) and v["weight"] >= 0, "a finite number >= 0"),

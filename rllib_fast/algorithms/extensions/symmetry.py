@@ -42,6 +42,7 @@ import torch
 from torch.nn import functional as F
 
 from .callables import resolve_callable
+from .settings import dict_key_error
 
 #: the keys of FastPPO's ``symmetry`` dict and their defaults
 SYMMETRY_KEYS = {"mirror_fn": None, "use_data_augmentation": False, "use_mirror_loss": False,
@@ -52,11 +53,9 @@ def symmetry_error(value: Any, owner: str = "FastPPOConfig") -> Optional[str]:
     """Why ``symmetry`` = ``value`` is not allowed (one line), or None."""
     if value is None:
         return None
-    if not isinstance(value, Mapping):
-        return f"{owner}: `symmetry` = {value!r}; allowed: None or a dict with keys {sorted(SYMMETRY_KEYS)}"
-    unknown = sorted(set(value) - set(SYMMETRY_KEYS))
-    if unknown:
-        return f"{owner}: `symmetry.{unknown[0]}` is not a key; allowed: {', '.join(sorted(SYMMETRY_KEYS))}"
+    shape = dict_key_error("symmetry", value, SYMMETRY_KEYS, owner)
+    if shape:
+        return shape
     try:
         resolve_callable(value.get("mirror_fn"), "symmetry.mirror_fn")
     except ValueError as err:
