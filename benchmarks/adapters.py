@@ -172,6 +172,73 @@ def rllib_fast_file(session: Any, path: str, run: Optional[str] = None, drop: Se
     _train_rllib_fast(session, algo, every if checkpoints else 0)
 
 
+def rllib_cli(session: Any, path: str, poll_s: float = 0.1) -> None:
+    """A shipped experiment file run exactly as a user runs it: ``rllib train file
+    PATH --seed S`` in a subprocess (Tune, a local Ray, MLflow recording, the
+    file's stop criteria and checkpoints; no thread variables). The clock is this
+    arm's process start, so Ray's start and Tune's per-iteration overhead are on
+    it; the cores column covers the CLI's whole process tree (Ray's own processes
+    included). Episodes are not visible from outside the run, so the metric is the
+    trial's ``env_runners/episode_return_mean`` (rllib_fast's tracker: the mean of
+    the last 100 finished episodes, read once its lifetime count reaches 100), taken
+    from ``result.json`` as Tune writes it."""
+    import glob
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tempfile.mkdtemp(prefix="bench_cli_")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env["MLFLOW_TRACKING_URI"] = "sqlite:///" + os.path.join(out, "mlflow.db")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))  # this checkout's package
+    cmd = [sys.executable, "-m", "rllib_fast.cli", "train", "file", os.path.join(REPO, path),
+           "--seed", str(session.seed), "--storage-path", out, "-q"]
+    session.note(command=" ".join(cmd[1:]))
+    proc = subprocess.Popen(cmd, cwd=out, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    session.training_started()
+    seen = 0
+    try:
+        while True:
+            files = glob.glob(os.path.join(out, "**", "result.json"), recursive=True)
+            lines: List[str] = []
+            if files:
+                with open(files[0]) as f:
+                    lines = f.read().splitlines()
+            stop = False
+            for line in lines[seen:]:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    break   # a line Tune is still writing
+                seen += 1
+                er = r.get("env_runners") or {}
+                n = er.get("num_episodes_lifetime") or 0
+                mean = _finite(er.get("episode_return_mean")) if n >= 100 else None
+                stop = session.report(int(r.get("num_env_steps_sampled_lifetime") or 0), window_mean=mean)
+                if stop:
+                    break
+            if stop:
+                break
+            if proc.poll() is not None:
+                session.note(cli_exit=proc.returncode)
+                break
+            if session.now() > session.budget_s:
+                session.report(session.env_steps)
+                break
+            time.sleep(poll_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def rllib_fast_config(session: Any, algo: str, env: str, num_envs: Optional[int] = None,
                       env_config: Optional[Mapping[str, Any]] = None, **training: Any) -> None:
     """An rllib_fast algorithm from its config class (defaults plus ``training``)."""

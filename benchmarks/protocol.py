@@ -116,6 +116,7 @@ class Session:
         self.out = open(out_path, "a") if out_path else None
         self.rows: List[Dict[str, Any]] = []
         self.windows: Dict[str, Deque[float]] = collections.defaultdict(lambda: collections.deque(maxlen=WINDOW))
+        self.window_mean: Optional[float] = None
         self.episodes = 0
         self.env_steps = 0
         self.train_t0: Optional[float] = None
@@ -167,17 +168,26 @@ class Session:
 
     def metric(self) -> Optional[float]:
         """Mean return of the last ``WINDOW`` finished training episodes; with groups
-        (population members) the best group's. None until a window is full."""
+        (population members) the best group's. None until a window is full. An arm
+        that can only read its library's own last-``WINDOW`` mean (a run behind a CLI)
+        hands it over as ``window_mean`` instead."""
+        if self.window_mean is not None:
+            return self.window_mean
         full = [sum(w) / len(w) for w in self.windows.values() if len(w) == WINDOW]
         return max(full) if full else None
 
-    def report(self, env_steps: int, returns: Returns = None, **info: Any) -> bool:
+    def report(self, env_steps: int, returns: Returns = None, window_mean: Optional[float] = None,
+               **info: Any) -> bool:
         """Hand over the env-step counter (lifetime) and the returns of the training
-        episodes finished since the last report: a list, or ``{group: list}``.
-        Returns True when the arm must stop (target reached in ``target`` mode, or
-        the budget spent)."""
+        episodes finished since the last report: a list, or ``{group: list}``; or,
+        for a library whose own metric is the mean of its last ``WINDOW`` finished
+        episodes and whose episodes the arm cannot see, that mean (``window_mean``;
+        None until the library's window is full). Returns True when the arm must stop
+        (target reached in ``target`` mode, or the budget spent)."""
         if self.train_t0 is None:
             self.training_started()
+        if window_mean is not None:
+            self.window_mean = float(window_mean)
         groups = returns if isinstance(returns, Mapping) else {"": returns or []}
         for g, rets in groups.items():
             vals = [float(r) for r in rets if r == r]

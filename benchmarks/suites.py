@@ -67,6 +67,8 @@ def recipe_arms(short: str, task: str) -> List[Arm]:
         Arm("recipe", "rllib_fast_file", dict(path=path), what=f"`{path}` as shipped (learns in the simulator's shadow)"),
         Arm("recipe-sync", "rllib_fast_file", dict(path=path, overrides={"learn_while_stepping": False}),
             what="the same recipe synchronous, one process"),
+        Arm("recipe-cli", "rllib_cli", dict(path=path),
+            what=f"`rllib train file {path}` as a user runs it (Tune, local Ray, MLflow; clock from process start)"),
         rsl_mjlab(task, 128), rsl_mjlab(task, 256)]
 
 

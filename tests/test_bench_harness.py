@@ -105,6 +105,16 @@ def test_success_window_needs_100_episodes_and_groups_take_their_own(protocol):
     assert s.metric() == pytest.approx(1.0)
 
 
+def test_a_library_window_mean_is_the_metric_once_given(protocol):
+    """The CLI arm sees only the library's own last-100 mean: None until the
+    library's window is full, then that mean decides."""
+    s = protocol.Session(dict(arm="x", seed=0, target=5.0, budget_s=100.0), t0=time.time())
+    assert not s.report(10, window_mean=None)
+    assert s.metric() is None
+    assert not s.report(20, window_mean=4.0)
+    assert s.report(30, window_mean=5.5) and s.reached["steps"] == 30
+
+
 def test_results_file_round_trip_and_report(bench, tmp_path):
     suite = bench.SUITES["fake"]
     data = bench.run_suite(suite, [100], [a for a in suite.arms if a.name == "fake"], str(tmp_path))
