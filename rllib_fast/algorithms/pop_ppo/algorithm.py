@@ -48,11 +48,13 @@ from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
 from ..onpolicy import DECORRELATION_BUDGET, resolve_normalize_obs, standardize
 from ..population.pbt import InTrialPBT
+from ..extensions.symmetry import make_symmetry
 from ..ppo.algorithm import PPOUpdate
 from ..ppo.loss import PPOLossTerms, ppo_loss
 from .config import PopA2CConfig, PopPPOConfig
 from .module import StackedActorCritic, pop_ppo_policy_module, to_env_action
 from .optim import SingleAdam, StackedAdam
+from .symmetric import mirror_member_batch, mirror_members, symmetric_member_loss
 
 
 class PopPPO(FastAlgorithm):
@@ -61,6 +63,8 @@ class PopPPO(FastAlgorithm):
 
     #: the loss statistics, FastPPO's (each reported as the members' mean)
     LOSS_STATS = PPOUpdate.STATS
+    #: FastPPO's extensions this algorithm implements (``symmetry``: ``.symmetric``, per member)
+    EXTENSIONS = ("symmetry",)
 
     @classmethod
     def get_default_config(cls) -> PopPPOConfig:
@@ -88,6 +92,10 @@ class PopPPO(FastAlgorithm):
         self.hp, self.returns = self.pbt.hp, self.pbt.returns
         self.env_steps = 0      # total env steps (all members): host count of our own calls
         self.num_updates = 0    # iterations (one update of every member each)
+        #: FastPPO's symmetry extension with a member axis (``.symmetric``); None: off
+        self.symmetry = make_symmetry(cfg.symmetry, env)
+        #: with symmetry and an asymmetric critic: this rollout's mirrored raw states ``[K, k*T*n, S]``
+        self._mirrored_states = None
         self.build_learner()
 
     def build_learner(self) -> None:
@@ -227,6 +235,8 @@ class PopPPO(FastAlgorithm):
         """T batched steps of the shared env; observation statistics frozen during
         the rollout and updated once at its end, per member."""
         env, st = self.env, self.storage
+        if self.symmetry is not None:   # the statistics this rollout's observations are normalised with
+            self.symmetry.freeze_obs_norm(self.module.obs_norm)
         for t in range(self.horizon):
             if self.normalize_obs:
                 st["raw_obs"][t].copy_(self.obs.reshape(self.obs.shape[0], -1))
@@ -262,6 +272,8 @@ class PopPPO(FastAlgorithm):
         T, n = self.horizon, self.n
         valid = self.by_member("valid") if self.any_invalid else None
         if self.state_dim is not None:   # asymmetric critic: its own per-member input statistics
+            if self.symmetry is not None:   # the raw states' mirrors, before they are normalised in place
+                self._mirrored_states = mirror_members(self.symmetry, states=self.by_member("states"))["states"]
             if self.normalize_obs:
                 module.state_norm.update(self.by_member("states"), mask=valid)
             for key in ("states", "final_states"):
@@ -287,12 +299,16 @@ class PopPPO(FastAlgorithm):
         w = valid.float() if valid is not None else None
         return adv, targets, old_v, w
 
-    def loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w) -> PPOLossTerms:
+    def loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored=None) -> PPOLossTerms:
         """Each member's PPO loss on its own minibatch (positions ``idx`` of its
         own ``[K, T*n]`` data): FastPPO's ``ppo_loss`` over the member axis, with
         each member's clip, value and entropy weights; ``loss`` ``[K]``, ``stats``
-        ``[5, K]``."""
+        ``[5, K]``. With ``symmetry`` (``mirrored``: the rollout's mirrors) the
+        minibatch is augmented and/or the mirror loss added, per member."""
         cfg, module, hp = self.config, self.module, self.hp
+        if mirrored is not None:
+            return symmetric_member_loss(self.symmetry, module, hp, cfg, idx, obs, actions, old_logp, adv, targets,
+                                         old_v, critic_in, w, mirrored)
         wi = w[:, idx] if w is not None else None
         denom = wi.sum(-1).clamp_min(1.0) if wi is not None else None
         logp, entropy = module.evaluate_actions(obs[:, idx], actions[:, idx])
@@ -305,10 +321,10 @@ class PopPPO(FastAlgorithm):
                         vf_loss_coeff=hp["vf_loss_coeff"], entropy_coeff=hp["entropy_coeff"], w=wi, denom=denom,
                         dim=-1)
 
-    def _summed_loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w):
+    def _summed_loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored=None):
         """The members' losses summed (member k's parameters get only member k's
         gradient) and their ``[5, K]`` statistics: the update step's forward."""
-        terms = self.loss(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
+        terms = self.loss(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored)
         return terms.loss.sum(), terms.stats
 
     def learn(self, batch) -> None:
@@ -317,6 +333,7 @@ class PopPPO(FastAlgorithm):
         adv, targets, old_v, w = batch
         obs, actions, old_logp = self.by_member("obs"), self.by_member("actions"), self.by_member("logp")
         critic_in = self.by_member(self.critic_key)
+        mirrored = self._mirrored_batch()
         B = self.horizon * self.n
         mb = B // cfg.num_minibatches
         loss_stats = torch.zeros(5, K, device=device)
@@ -325,7 +342,8 @@ class PopPPO(FastAlgorithm):
             epoch_kl = torch.zeros(K, device=device)
             for i in range(cfg.num_minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
-                loss, minibatch_stats = self.loss_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
+                loss, minibatch_stats = self.loss_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w,
+                                                     mirrored)
                 self.optimizer.step(torch.autograd.grad(loss, self.params))
                 with torch.no_grad():
                     loss_stats += minibatch_stats
@@ -338,6 +356,16 @@ class PopPPO(FastAlgorithm):
             self.log_learner(key, loss_stats[i].mean())
         self.last_loss_stats = loss_stats
         self.log_learner("curr_lr", self.optimizer.lr.mean())
+        if self.symmetry is not None:
+            self.log_learner("symmetry_loss", self.symmetry.take_loss_report())
+
+    def _mirrored_batch(self):
+        """The rollout's mirrored transitions, member-major (``.symmetric``), or None without symmetry."""
+        if self.symmetry is None:
+            return None
+        raw = self.by_member("raw_obs" if self.normalize_obs else "obs")
+        critic_in = None if self._mirrored_states is None else self.module.critic_input(self._mirrored_states)
+        return mirror_member_batch(self.symmetry, raw, self.by_member("actions"), self.normalize_obs, critic_in)
 
     # -- PBT and live hyperparameters ----------------------------------------------------------------------
     @torch.no_grad()

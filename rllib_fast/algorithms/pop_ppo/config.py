@@ -99,7 +99,7 @@ class PopPPOConfig(FastPPOConfig):
         return self.rollout_length
 
     def validate_algorithm(self) -> None:
-        self.validate_extensions()   # FastPPO's symmetry/rnd: not PopPPO's (yet)
+        self.validate_extensions()   # FastPPO's symmetry: per member (PopPPO.EXTENSIONS); rnd: FastPPO's only
         name = type(self).__name__
         try:
             object.__setattr__(self, "num_envs", self.population_size * self.num_envs_per_member)
