@@ -44,6 +44,7 @@ from ...core.algorithm import FastAlgorithm
 from ...core.compile import compiled
 from ...core.rollout import RolloutStorage, compute_gae
 from ...core.stacked import copy_members
+from ...core.stacked_memory import StackedRecurrentMemory
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
 from ..onpolicy import DECORRELATION_BUDGET, resolve_normalize_obs, standardize
@@ -51,6 +52,8 @@ from ..population.pbt import InTrialPBT
 from ..extensions.symmetry import make_symmetry
 from ..ppo.algorithm import PPOUpdate
 from ..ppo.loss import PPOLossTerms, ppo_loss
+from ..ppo.recurrent import episode_ended, memories_on
+from ..recurrent_module import Memories, recurrent_model_config
 from .config import PopA2CConfig, PopPPOConfig
 from .module import StackedActorCritic, pop_ppo_policy_module, to_env_action
 from .optim import SingleAdam, StackedAdam
@@ -65,6 +68,8 @@ class PopPPO(FastAlgorithm):
     LOSS_STATS = PPOUpdate.STATS
     #: FastPPO's extensions this algorithm implements (``symmetry``: ``.symmetric``, per member)
     EXTENSIONS = ("symmetry",)
+    #: recurrent members (``rnn_type``): each member's own LSTM/GRU, PPO over whole sequences
+    SUPPORTS_RECURRENT = True
 
     @classmethod
     def get_default_config(cls) -> PopPPOConfig:
@@ -102,7 +107,8 @@ class PopPPO(FastAlgorithm):
         cfg, env, K = self.config, self.env, self.K
         self.module = StackedActorCritic(K, self.obs_dim, env.single_action_space, self.hidden_sizes,
                                          cfg.activation, cfg.init_log_std, cfg.std_mode == "state_dependent",
-                                         self.state_dim, self.normalize_obs).to(self.device)
+                                         self.state_dim, self.normalize_obs,
+                                         recurrent_model_config(cfg)).to(self.device)
         space = env.single_action_space
         if not self.module.discrete:
             self.act_low = torch.as_tensor(space.low, dtype=torch.float32, device=self.device)
@@ -112,7 +118,8 @@ class PopPPO(FastAlgorithm):
         # the member lr hyperparameter it was last set from (PBT or a config change moves it)
         self.lr_applied = self.hp["lr"].clone()
         self.optimizer = (StackedAdam(self.params, K, self.hp["lr"], cfg.grad_clip, cfg.adaptive_lr_bounds)
-                          if K > 1 else SingleAdam(self.params, cfg.lr, cfg.grad_clip, cfg.adaptive_lr_bounds))
+                          if K > 1 else SingleAdam(self.params, cfg.lr, cfg.grad_clip, cfg.adaptive_lr_bounds,
+                                                   self.module.transposed_parameters()))
         self.horizon = cfg.resolved_horizon()
         T, N = self.horizon, env.num_envs
         obs_shape, act_shape = (self.obs_dim,), env.action_shape
@@ -133,6 +140,9 @@ class PopPPO(FastAlgorithm):
         self.any_invalid = False
         self._act_fn = compiled(self._act_step, cfg.compile, self.device)
         self.loss_fn = compiled(self._summed_loss, cfg.compile, self.device)   # what ``compile`` compiles
+        if self.module.recurrent:   # every member's memory of each of its envs, carried across rollouts
+            self.memories = self.module.initial_memories(self.n, self.device)
+            self.rollout_start = self.memories
         self._decorrelate()
 
     # -- member views ----------------------------------------------------------------------------
@@ -156,9 +166,24 @@ class PopPPO(FastAlgorithm):
         """One stacked forward for all K x n envs: normalised observations,
         actions, log-probabilities and env actions, flat in env order."""
         obs_n = self.module.policy_input(self.members(obs))
-        action, logp = self.module.sample(obs_n)
+        action, logp = self.module.sample(self._actor_latent(obs_n))
         flat = lambda x: x.reshape(self.K * self.n, *x.shape[2:])  # noqa: E731
         return flat(obs_n), flat(action), flat(logp), flat(self.env_action(action))
+
+    def _actor_latent(self, obs_n: torch.Tensor) -> torch.Tensor:
+        """What the actors' MLPs read for normalised ``[K, n, D]`` observations of the
+        training envs: the observations, or (recurrent actors) their memories'
+        outputs, the memories advanced by the step."""
+        if not self.module.actor_recurrent:
+            return obs_n
+        latent, actor = self.module.actor_step(obs_n, self.memories.actor)
+        self.memories = self.memories._replace(actor=actor)
+        return latent
+
+    def _forget_ended(self, step) -> None:
+        """Recurrent members: zero the memories of the envs whose episode ended with ``step``."""
+        if self.module.recurrent:
+            self.memories = forget_members(self.memories, self.members(episode_ended(step)))
 
     def policy_actions(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         """``[K, B, ...]`` raw observations -> ``[K, B, ...]`` env actions (each member its own)."""
@@ -197,11 +222,12 @@ class PopPPO(FastAlgorithm):
             obs = self.members(self.obs)
             if self.normalize_obs:
                 self.module.obs_norm.update(obs.float().reshape(self.K, self.n, -1))
-            policy_a, _ = self.module.sample(self.module.policy_input(obs))
+            policy_a, _ = self.module.sample(self._actor_latent(self.module.policy_input(obs)))
             policy_a = policy_a.reshape(N, *policy_a.shape[2:])
             random_a = self.env.sample_actions()
             use_random = (t < k).view(-1, *([1] * (random_a.dim() - 1)))
             step = self.env.step(torch.where(use_random, random_a, self.env_action(policy_a)))
+            self._forget_ended(step)
             self.obs = step.obs
             if self.states is not None:
                 self.states = step_states(step)
@@ -237,6 +263,8 @@ class PopPPO(FastAlgorithm):
         env, st = self.env, self.storage
         if self.symmetry is not None:   # the statistics this rollout's observations are normalised with
             self.symmetry.freeze_obs_norm(self.module.obs_norm)
+        if self.module.recurrent:       # the states the rollout's sequences replay from
+            self.rollout_start = self.memories
         for t in range(self.horizon):
             if self.normalize_obs:
                 st["raw_obs"][t].copy_(self.obs.reshape(self.obs.shape[0], -1))
@@ -244,6 +272,7 @@ class PopPPO(FastAlgorithm):
                 st["states"][t].copy_(self.states)
             obs_n, action, logp, env_action = self._act_fn(self.obs)
             step = env.step(env_action)
+            self._forget_ended(step)
             if step.valid is not None:
                 self.any_invalid = True
                 st["valid"][t].copy_(step.valid)
@@ -279,7 +308,10 @@ class PopPPO(FastAlgorithm):
             for key in ("states", "final_states"):
                 x = module.critic_input(self.by_member(key))       # [K, T*n, S]
                 st[key].copy_(x.reshape(K, T, n, -1).transpose(0, 1).reshape_as(st[key]))
-        both = torch.cat([self.by_member(self.critic_key), self.by_member(self.final_critic_key)], 1)
+        if module.critic_recurrent:   # the critics' memories replayed over the rollout
+            both = self._recurrent_critic_features()
+        else:
+            both = torch.cat([self.by_member(self.critic_key), self.by_member(self.final_critic_key)], 1)
         v_n = module.value(both)                                       # [K, 2*T*n]
         v = module.value_norm.denormalize(v_n) if self.config.normalize_values else v_n
         # to [T, K, n] for the recursion over time
@@ -299,7 +331,52 @@ class PopPPO(FastAlgorithm):
         w = valid.float() if valid is not None else None
         return adv, targets, old_v, w
 
-    def loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored=None) -> PPOLossTerms:
+    def _starts(self) -> torch.Tensor:
+        """bool ``[K, T, n]``: the rollout's steps that begin an episode (after an end
+        at t-1); step 0 continues from the rollout's start state."""
+        st = self.storage
+        ended = st["done"] | ~st["valid"]
+        starts = torch.cat([torch.zeros_like(ended[:1]), ended[:-1]])
+        return starts.view(self.horizon, self.K, self.n).transpose(0, 1)
+
+    def _recurrent_critic_features(self) -> torch.Tensor:
+        """The critics' MLP inputs ``[K, 2*T*n, H]`` for the rollout's steps and their
+        ``final_obs`` (each one step on from the pre-reset state: exact time-out
+        bootstraps); the memories' end states are the next rollout's start."""
+        st, K, T, n = self.storage, self.K, self.horizon, self.n
+        seq = lambda key: st[key].view(T, K, n, -1).transpose(0, 1)  # noqa: E731
+        out, end, final_out = self.module.vf_memory.unroll(seq(self.critic_key), self.rollout_start.critic,
+                                                          self._starts(), seq(self.final_critic_key))
+        ended = self.members(st["done"][-1] | ~st["valid"][-1])
+        self.memories = self.memories._replace(critic=StackedRecurrentMemory.forget(end, ended))
+        return torch.cat([out.reshape(K, T * n, -1), final_out.reshape(K, T * n, -1)], 1)
+
+    def _sequence_features(self, x, idx, memory, starts, unroll):
+        """Rows ``idx`` (whole ``T``-step sequences of a set of envs, t-major) of member-major
+        ``x [K, T*n, D]`` replayed through ``unroll`` from the envs' start states."""
+        T = self.horizon
+        xs = x[:, idx].reshape(self.K, T, -1, x.shape[-1])
+        envs = idx[:xs.shape[2]]   # the rows of step 0 are the envs themselves
+        out = unroll(xs, memory[:, :, :, envs], starts[:, idx].reshape(self.K, T, -1))
+        return out.reshape(self.K, -1, out.shape[-1])
+
+    def actor_features(self, obs, idx, sequences=None):
+        """What the actors' MLPs read for rows ``idx``: the stored normalised observations,
+        or (recurrent actors) their memories replayed over whole sequences."""
+        if sequences is None or not self.module.actor_recurrent:
+            return obs[:, idx]
+        starts, start = sequences
+        return self._sequence_features(obs, idx, start.actor, starts, self.module.actor_sequence)
+
+    def critic_features(self, critic_in, idx, sequences=None):
+        """What the critics' MLPs read for rows ``idx`` (as :meth:`actor_features`)."""
+        if sequences is None or not self.module.critic_recurrent:
+            return critic_in[:, idx]
+        starts, start = sequences
+        return self._sequence_features(critic_in, idx, start.critic, starts, self.module.critic_sequence)
+
+    def loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored=None,
+             sequences=None) -> PPOLossTerms:
         """Each member's PPO loss on its own minibatch (positions ``idx`` of its
         own ``[K, T*n]`` data): FastPPO's ``ppo_loss`` over the member axis, with
         each member's clip, value and entropy weights; ``loss`` ``[K]``, ``stats``
@@ -311,20 +388,21 @@ class PopPPO(FastAlgorithm):
                                          old_v, critic_in, w, mirrored)
         wi = w[:, idx] if w is not None else None
         denom = wi.sum(-1).clamp_min(1.0) if wi is not None else None
-        logp, entropy = module.evaluate_actions(obs[:, idx], actions[:, idx])
+        logp, entropy = module.evaluate_actions(self.actor_features(obs, idx, sequences), actions[:, idx])
         a = adv[:, idx]
         if cfg.normalize_advantages:
             a = standardize(a, wi, dim=-1)
-        v = module.value(critic_in[:, idx])
+        v = module.value(self.critic_features(critic_in, idx, sequences))
         return ppo_loss(logp, entropy, old_logp[:, idx], a, v, targets[:, idx], old_v[:, idx],
                         clip_param=hp["clip_param"].unsqueeze(1), vf_clip_param=cfg.vf_clip_param,
                         vf_loss_coeff=hp["vf_loss_coeff"], entropy_coeff=hp["entropy_coeff"], w=wi, denom=denom,
                         dim=-1)
 
-    def _summed_loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored=None):
+    def _summed_loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored=None,
+                     sequences=None):
         """The members' losses summed (member k's parameters get only member k's
         gradient) and their ``[5, K]`` statistics: the update step's forward."""
-        terms = self.loss(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored)
+        terms = self.loss(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored, sequences)
         return terms.loss.sum(), terms.stats
 
     def learn(self, batch) -> None:
@@ -334,16 +412,18 @@ class PopPPO(FastAlgorithm):
         obs, actions, old_logp = self.by_member("obs"), self.by_member("actions"), self.by_member("logp")
         critic_in = self.by_member(self.critic_key)
         mirrored = self._mirrored_batch()
+        # recurrent members: a minibatch is a set of envs' whole sequences, replayed from the rollout's start
+        sequences = (self._starts().reshape(K, -1), self.rollout_start) if self.module.recurrent else None
         B = self.horizon * self.n
         mb = B // cfg.num_minibatches
         loss_stats = torch.zeros(5, K, device=device)
         for _ in range(cfg.num_epochs):
-            perm = torch.randperm(B, device=device)
+            perm = torch.randperm(B if sequences is None else self.n, device=device)
             epoch_kl = torch.zeros(K, device=device)
             for i in range(cfg.num_minibatches):
-                idx = perm[i * mb:(i + 1) * mb]
+                idx = perm[i * mb:(i + 1) * mb] if sequences is None else self._sequence_rows(perm, i)
                 loss, minibatch_stats = self.loss_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w,
-                                                     mirrored)
+                                                     mirrored, sequences)
                 self.optimizer.step(torch.autograd.grad(loss, self.params))
                 with torch.no_grad():
                     loss_stats += minibatch_stats
@@ -358,6 +438,14 @@ class PopPPO(FastAlgorithm):
         self.log_learner("curr_lr", self.optimizer.lr.mean())
         if self.symmetry is not None:
             self.log_learner("symmetry_loss", self.symmetry.take_loss_report())
+
+    def _sequence_rows(self, envs_order: torch.Tensor, i: int) -> torch.Tensor:
+        """Rows (``t * n + env``, t-major) of minibatch ``i``: ``n / num_minibatches`` envs
+        of ``envs_order`` with their whole ``T``-step sequences (FastPPO's recurrent minibatches)."""
+        per = self.n // self.config.num_minibatches
+        envs = envs_order[i * per:(i + 1) * per]
+        steps = torch.arange(self.horizon, device=envs.device).unsqueeze(1) * self.n
+        return (steps + envs.unsqueeze(0)).reshape(-1)
 
     def _mirrored_batch(self):
         """The rollout's mirrored transitions, member-major (``.symmetric``), or None without symmetry."""
@@ -388,6 +476,8 @@ class PopPPO(FastAlgorithm):
         step counts (or a fresh optimizer, ``pbt_exploit_optimizer='reset'``)
         and the adaptive lr."""
         copy_members(self.module, src, dst)
+        if self.module.recurrent:   # the donor's memories belong to its own envs: the replaced start afresh
+            self.memories = Memories(*(None if m is None else m.index_fill(0, dst, 0.0) for m in self.memories))
         lr = self.optimizer.lr
         if self.config.pbt_exploit_optimizer == "copy":
             self.optimizer.copy_members(src, dst)
@@ -407,22 +497,32 @@ class PopPPO(FastAlgorithm):
                 "optimizer": self.optimizer, "lr_applied": StateAdapter.tensor(self.lr_applied)}
 
     def extra_state(self) -> Dict[str, Any]:
-        return {**super().extra_state(), **self.pbt.extra_state(), "env_steps": self.env_steps,
-                "num_updates": self.num_updates, "any_invalid": self.any_invalid}
+        out = {**super().extra_state(), **self.pbt.extra_state(), "env_steps": self.env_steps,
+               "num_updates": self.num_updates, "any_invalid": self.any_invalid}
+        if self.module.recurrent:
+            out["memories"] = self.memories._asdict()
+        return out
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         super().set_extra_state(state)
         self.pbt.set_extra_state(state)
         for k in ("env_steps", "num_updates", "any_invalid"):
             setattr(self, k, state[k])
+        if self.module.recurrent:
+            self.memories = memories_on(state["memories"], self.device)
 
-    # the members' running returns belong to the live episodes too
+    # the members' running returns (and memories) belong to the live episodes too
     def _live_episodes(self) -> Dict[str, Any]:
-        return {**super()._live_episodes(), **self.pbt.live_episodes()}
+        out = {**super()._live_episodes(), **self.pbt.live_episodes()}
+        if self.module.recurrent:
+            out["memories"] = self.memories
+        return out
 
     def _keep_live_episodes(self, live: Dict[str, Any]) -> None:
         super()._keep_live_episodes(live)
         self.pbt.keep_live_episodes(live)
+        if self.module.recurrent:
+            self.memories = live["memories"]
 
     def on_source_not_restored(self) -> None:
         """On-policy: nothing is stored across iterations, so nothing to cut."""
@@ -434,3 +534,8 @@ class PopA2C(PopPPO):
     @classmethod
     def get_default_config(cls) -> PopA2CConfig:
         return PopA2CConfig()
+
+
+def forget_members(memories: Memories, ended: torch.Tensor) -> Memories:
+    """Member-stacked memory states with the envs ``ended`` (bool ``[K, n]``) zeroed."""
+    return Memories(*(None if m is None else StackedRecurrentMemory.forget(m, ended) for m in memories))

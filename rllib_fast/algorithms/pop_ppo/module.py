@@ -17,7 +17,7 @@ weights a FastPPO run of the same seed starts from.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -25,12 +25,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ...core.memory import RecurrentMemory
 from ...core.nets import mlp
 from ...core.normalize import RunningMeanStd
 from ...core.policy_module import live_module
 from ...core.stacked import StackedMLP, member_tensors
+from ...core.stacked_memory import StackedRecurrentMemory
 from ..actor_critic import ActorCriticModule
 from ..population.module import PopulationPolicyModule
+from ..recurrent_module import Memories
 
 _LOG_2PI = math.log(2 * math.pi)
 
@@ -42,8 +45,14 @@ class StackedActorCritic(nn.Module):
 
     def __init__(self, K: int, obs_dim: int, action_space: gym.Space, hidden: Sequence[int], activation: str,
                  init_log_std: float = 0.0, state_dependent_std: bool = False, state_dim: Optional[int] = None,
-                 normalize_obs: bool = True):
+                 normalize_obs: bool = True, recurrent: Optional[Dict[str, Any]] = None):
         super().__init__()
+        # recurrent (``recurrent_model_config``): each member's memory in front of its MLPs, as FastPPO's
+        rnn = dict(recurrent or {})
+        self.rnn_type = rnn.get("rnn_type")
+        on = rnn.get("rnn_on", "both") if self.rnn_type is not None else None
+        self.actor_recurrent, self.critic_recurrent = on in ("actor", "both"), on in ("critic", "both")
+        rnn_args = (int(rnn.get("rnn_hidden_size", 256)), int(rnn.get("rnn_num_layers", 1)), self.rnn_type)
         self.K = K
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.state_dependent_std = state_dependent_std and not self.discrete
@@ -53,16 +62,25 @@ class StackedActorCritic(nn.Module):
         if not self.discrete and not self.state_dependent_std:
             self.log_std = nn.Parameter(torch.full((K, self.act_dim), float(init_log_std)))
         critic_dim = obs_dim if state_dim is None else int(state_dim)
-        # members' networks drawn as FastPPO draws its one (policy, then critic), member by member
-        pis, vfs = [], []
+        pi_in = rnn_args[0] if self.actor_recurrent else obs_dim
+        vf_in = rnn_args[0] if self.critic_recurrent else critic_dim
+        # members' networks drawn as FastPPO draws its one (policy, critic, then the actor's
+        # and the critic's memories), member by member
+        pis, vfs, pi_memories, vf_memories = [], [], [], []
         for _ in range(K):
-            pis.append(mlp(obs_dim, hidden, out, activation, out_gain=0.01))
-            vfs.append(mlp(critic_dim, hidden, 1, activation, out_gain=1.0))
+            pis.append(mlp(pi_in, hidden, out, activation, out_gain=0.01))
+            vfs.append(mlp(vf_in, hidden, 1, activation, out_gain=1.0))
+            if self.actor_recurrent:
+                pi_memories.append(RecurrentMemory(obs_dim, *rnn_args))
+            if self.critic_recurrent:
+                vf_memories.append(RecurrentMemory(critic_dim, *rnn_args))
         with torch.random.fork_rng(devices=[]):   # the stacks' own init is overwritten: keep the stream
-            self.pi = StackedMLP(K, obs_dim, hidden, out, activation)
-            self.vf = StackedMLP(K, critic_dim, hidden, 1, activation)
+            self.pi = StackedMLP(K, pi_in, hidden, out, activation)
+            self.vf = StackedMLP(K, vf_in, hidden, 1, activation)
         self.pi.load_members(pis)
         self.vf.load_members(vfs)
+        self.pi_memory = StackedRecurrentMemory(pi_memories) if pi_memories else None
+        self.vf_memory = StackedRecurrentMemory(vf_memories) if vf_memories else None
         self.normalize_obs = bool(normalize_obs)
         self.asymmetric = state_dim is not None
         self.obs_norm = RunningMeanStd((obs_dim,), members=K)
@@ -95,6 +113,42 @@ class StackedActorCritic(nn.Module):
     def critic_input(self, states: torch.Tensor) -> torch.Tensor:
         states = states.float().reshape(states.shape[0], states.shape[1], -1)
         return self.state_norm.normalize(states) if self.normalize_obs else states
+
+    def transposed_parameters(self):
+        """Per parameter: stored transposed w.r.t. FastPPO's module (the stacked MLPs'
+        ``[K, in, out]`` weights and ``[K, 1, out]`` biases; the memories keep
+        ``nn.LSTM``'s layout)."""
+        return [p.dim() == 3 and not name.startswith(("pi_memory.", "vf_memory."))
+                for name, p in self.named_parameters()]
+
+    # -- memories (recurrent members; states ``[K, P, L, B, H]``) ----------------------------
+    @property
+    def recurrent(self) -> bool:
+        return self.rnn_type is not None
+
+    def initial_memories(self, batch: int, device=None) -> Memories:
+        """Zero states for ``batch`` envs per member."""
+        return Memories(*(None if m is None else m.initial_state(batch, device)
+                          for m in (self.pi_memory, self.vf_memory)))
+
+    def actor_step(self, obs_n: torch.Tensor, memory: Optional[torch.Tensor]):
+        """The actors' MLP inputs for one step of ``[K, B, D]`` and their next memory
+        state (identity without an actor memory)."""
+        if self.pi_memory is None:
+            return obs_n, memory
+        return self.pi_memory.step(obs_n, memory)
+
+    def actor_sequence(self, obs_n: torch.Tensor, memory: Optional[torch.Tensor], starts: torch.Tensor):
+        """The actors' MLP inputs ``[K, T, B, *]`` for replayed sequences ``[K, T, B, D]``."""
+        if self.pi_memory is None:
+            return obs_n
+        return self.pi_memory.unroll(obs_n, memory, starts)[0]
+
+    def critic_sequence(self, critic_in: torch.Tensor, memory: Optional[torch.Tensor], starts: torch.Tensor):
+        """The critics' MLP inputs ``[K, T, B, *]`` for replayed sequences of prepared critic inputs."""
+        if self.vf_memory is None:
+            return critic_in
+        return self.vf_memory.unroll(critic_in, memory, starts)[0]
 
     # -- distribution --------------------------------------------------------------------
     def dist_params(self, obs_n: torch.Tensor):
