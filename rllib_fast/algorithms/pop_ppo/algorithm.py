@@ -199,9 +199,20 @@ class PopPPO(FastAlgorithm):
 
     def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
         """Actions of the best member (by fitness) for a batch of observations."""
+        if self.module.actor_recurrent:
+            raise ValueError(f"{type(self).__name__}.compute_actions: the members are recurrent (rnn_type = "
+                             f"{self.config.rnn_type!r}) and act from a memory of their episodes; use "
+                             "algo.episode_actor(num_envs) (act/forget per step) or get_module().forward_inference "
+                             "with Columns.STATE_IN")
         with torch.no_grad():
             x = obs.unsqueeze(0).expand(self.K, *obs.shape)
             return self.policy_actions(x, explore)[self.pbt.best_member()]
+
+    def episode_actor(self, num_envs: int, explore: bool = False):
+        """Evaluation's actor; recurrent members: the best member acting from a memory of its own."""
+        if not self.module.actor_recurrent:
+            return super().episode_actor(num_envs, explore)
+        return MemberEpisodeActor(self, num_envs, explore)
 
     @torch.no_grad()
     def _decorrelate(self) -> None:
@@ -539,3 +550,23 @@ class PopA2C(PopPPO):
 def forget_members(memories: Memories, ended: torch.Tensor) -> Memories:
     """Member-stacked memory states with the envs ``ended`` (bool ``[K, n]``) zeroed."""
     return Memories(*(None if m is None else StackedRecurrentMemory.forget(m, ended) for m in memories))
+
+
+class MemberEpisodeActor:
+    """Acts in ``num_envs`` envs of its own (evaluation) as the best member with a
+    memory of its own, from zero states: ``act(obs)`` each step, ``forget(ended)`` after it."""
+
+    def __init__(self, algo: PopPPO, num_envs: int, explore: bool) -> None:
+        self.algo, self.explore, self.member = algo, explore, algo.best_member()
+        self.memory = algo.module.initial_memories(num_envs, algo.device).actor
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        module, K = self.algo.module, self.algo.K
+        x = module.policy_input(obs.unsqueeze(0).expand(K, *obs.shape))
+        latent, self.memory = module.actor_step(x, self.memory)
+        a, _ = module.sample(latent, deterministic=not self.explore)
+        return self.algo.env_action(a)[self.member]
+
+    def forget(self, ended: torch.Tensor) -> None:
+        self.memory = StackedRecurrentMemory.forget(self.memory, ended.unsqueeze(0).expand(self.algo.K, -1))
