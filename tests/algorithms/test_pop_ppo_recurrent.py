@@ -242,3 +242,26 @@ def test_recurrent_popppo_best_member_learns_masked_cartpole():
                      rnn_hidden_size=32, hidden_sizes=[32, 32], num_minibatches=4, pbt_interval=None)
            .debugging(seed=0))
     assert _best_return(cfg, 22) >= 100
+
+
+@pytest.mark.usefixtures("isolated_run")
+def test_rllib_train_file_runs_the_shipped_recurrent_popppo_experiment_and_evaluates_it(capsys):
+    """``rllib train file tune_configs/masked-cartpole-pop-ppo-lstm.yaml`` (stop shortened,
+    smaller members), then ``rllib evaluate`` of its checkpoint: the best member's policy
+    leaves the checkpoint as FastPPO's recurrent module and acts with its memory."""
+    import json
+    import os
+    from pathlib import Path
+
+    from rllib_fast.cli import main
+
+    path = Path(__file__).resolve().parents[2] / "tune_configs" / "masked-cartpole-pop-ppo-lstm.yaml"
+    rc = main(["train", "file", str(path), "--stop", '{"training_iteration": 2}', "--no-mlflow",
+               "--config", json.dumps({"num_envs_per_member": 4, "rollout_length": 8}), "--ray-num-cpus", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-3000:]
+    assert "2 iterations" in out, out[-3000:]
+    (ckpt,) = [ln.split("checkpoint: ", 1)[1].strip() for ln in out.splitlines() if "checkpoint: " in ln][:1]
+    assert os.path.isfile(os.path.join(ckpt, "rllib_checkpoint.json"))
+    assert main(["evaluate", ckpt, "--episodes", "2"]) == 0
+    assert "over 2 episodes" in capsys.readouterr().out
