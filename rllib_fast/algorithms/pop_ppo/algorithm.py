@@ -47,9 +47,9 @@ from ...core.stacked import copy_members
 from ...core.stacked_memory import StackedRecurrentMemory
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
+from ..extensions.symmetry import make_symmetry
 from ..onpolicy import DECORRELATION_BUDGET, resolve_normalize_obs, standardize
 from ..population.pbt import InTrialPBT
-from ..extensions.symmetry import make_symmetry
 from ..ppo.algorithm import PPOUpdate
 from ..ppo.loss import PPOLossTerms, ppo_loss
 from ..ppo.recurrent import episode_ended, memories_on
