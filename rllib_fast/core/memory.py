@@ -37,6 +37,21 @@ from torch.nn import functional as F
 RNN_TYPES = ("lstm", "gru")
 
 
+def cell_update(parts: int, gx: torch.Tensor, gh: torch.Tensor, h: torch.Tensor, c: Optional[torch.Tensor]):
+    """PyTorch's LSTM (``parts`` 2: gates i, f, g, o) or GRU (1: gates r, z, n) update
+    from the input and hidden projections ``gx``, ``gh`` (biases included): the
+    next ``(h, c)`` (``c`` None for a GRU)."""
+    if parts == 2:
+        i, f, g, o = (gx + gh).chunk(4, -1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+    xr, xz, xn = gx.chunk(3, -1)
+    hr, hz, hn = gh.chunk(3, -1)
+    r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+    n = torch.tanh(xn + r * hn)
+    return n + z * (h - n), None
+
+
 class RecurrentMemory(nn.Module):
     """An LSTM/GRU (``nn.LSTM``/``nn.GRU`` parameters, PyTorch's default init:
     rsl_rl's) stepped or unrolled over ``[T, B, in_dim]`` with an explicit
@@ -68,16 +83,7 @@ class RecurrentMemory(nn.Module):
 
     def _cell(self, gx: torch.Tensor, h: torch.Tensor, c: Optional[torch.Tensor], w_hh, b_hh):
         """One step of one layer from the input projection ``gx`` (bias included)."""
-        gh = F.linear(h, w_hh, b_hh)
-        if self.parts == 2:   # LSTM gates i, f, g, o
-            i, f, g, o = (gx + gh).chunk(4, -1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            return torch.sigmoid(o) * torch.tanh(c), c
-        xr, xz, xn = gx.chunk(3, -1)   # GRU gates r, z, n
-        hr, hz, hn = gh.chunk(3, -1)
-        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
-        n = torch.tanh(xn + r * hn)
-        return n + z * (h - n), None
+        return cell_update(self.parts, gx, F.linear(h, w_hh, b_hh), h, c)
 
     def _run(self, x: torch.Tensor, state: torch.Tensor, keep: Optional[torch.Tensor],
              final_x: Optional[torch.Tensor] = None):

@@ -159,7 +159,7 @@ def test_bad_symmetry_config_fails_at_validate_naming_the_key(bad, key):
         FastPPOConfig().environment("CartPole").training(symmetry=bad).validate()
 
 
-@pytest.mark.parametrize("config", ["HTSPPOConfig", "PopPPOConfig", "FastAPPOConfig"])
+@pytest.mark.parametrize("config", ["HTSPPOConfig", "FastAPPOConfig"])
 def test_symmetry_is_rejected_by_algorithms_that_do_not_implement_it(config):
     import rllib_fast.algorithms as algorithms
 

@@ -126,6 +126,10 @@ class Symmetry:
         updated after the rollout, before its mirrors are normalised)."""
         self._obs_norm = copy.deepcopy(obs_norm)
 
+    def normalize_like_rollout(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs`` normalised with the statistics kept by :meth:`freeze_obs_norm`."""
+        return self._obs_norm.normalize(obs)
+
     @torch.no_grad()
     def mirror_batch(self, raw_obs: torch.Tensor, actions: torch.Tensor, normalize_obs: bool,
                      critic_in: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> MirroredBatch:
@@ -136,7 +140,7 @@ class Symmetry:
         obs_m, act_m, _ = self.mirror(obs=raw_obs, actions=actions)
         if act_m.shape[0] != obs_m.shape[0]:
             raise ValueError("symmetry.mirror_fn returned a different number of copies for obs and actions")
-        obs_n = self._obs_norm.normalize(obs_m.float()) if normalize_obs else obs_m.float()
+        obs_n = self.normalize_like_rollout(obs_m.float()) if normalize_obs else obs_m.float()
         return MirroredBatch(obs_n, act_m.to(actions.dtype), obs_n if critic_in is None else critic_in)
 
     @staticmethod
@@ -167,7 +171,7 @@ class Symmetry:
         if self.discrete:
             probs, probs_m = F.softmax(p_orig, -1), F.softmax(p_mirr, -1)
             # where each action index goes under each of the k copies: [k, n]
-            perm = self._action_permutation(p_orig.device, k)
+            perm = self.action_permutation(p_orig.device, k)
             target = torch.empty_like(probs_m).view(k, -1, probs.shape[-1])
             target.scatter_(-1, perm[:, None, :].expand(k, probs.shape[0], -1),
                             probs.detach()[None].expand(k, -1, -1))
@@ -175,12 +179,19 @@ class Symmetry:
         else:
             _, target, _ = self.mirror(actions=p_orig.detach())
             loss = F.mse_loss(p_mirr, target)
-        with torch.no_grad():
-            self._loss_sum = loss.detach() if self._loss_sum is None else self._loss_sum + loss.detach()
-            self._loss_count += 1
+        self.record_loss(loss)
         return loss if self.settings.use_mirror_loss else loss.detach()
 
-    def _action_permutation(self, device, k: int) -> torch.Tensor:
+    @torch.no_grad()
+    def record_loss(self, loss: torch.Tensor) -> None:
+        """Add one minibatch's mirror loss (a scalar, or one per population member,
+        reported as their mean) to the running report."""
+        loss = loss.detach().mean()
+        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+        self._loss_count += 1
+
+    def action_permutation(self, device, k: int) -> torch.Tensor:
+        """int64 ``[k, n]``: where each discrete action index goes under each of the ``k`` copies."""
         n = int(self.num_actions)
         _, perm, _ = self.mirror(actions=torch.arange(n, device=device))
         return perm.long().view(k, n)

@@ -44,15 +44,20 @@ from ...core.algorithm import FastAlgorithm
 from ...core.compile import compiled
 from ...core.rollout import RolloutStorage, compute_gae
 from ...core.stacked import copy_members
+from ...core.stacked_memory import StackedRecurrentMemory
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
+from ..extensions.symmetry import make_symmetry
 from ..onpolicy import DECORRELATION_BUDGET, resolve_normalize_obs, standardize
 from ..population.pbt import InTrialPBT
 from ..ppo.algorithm import PPOUpdate
 from ..ppo.loss import PPOLossTerms, ppo_loss
+from ..ppo.recurrent import episode_ended, memories_on
+from ..recurrent_module import Memories, recurrent_model_config
 from .config import PopA2CConfig, PopPPOConfig
 from .module import StackedActorCritic, pop_ppo_policy_module, to_env_action
 from .optim import SingleAdam, StackedAdam
+from .symmetric import mirror_member_batch, mirror_members, symmetric_member_loss
 
 
 class PopPPO(FastAlgorithm):
@@ -61,6 +66,10 @@ class PopPPO(FastAlgorithm):
 
     #: the loss statistics, FastPPO's (each reported as the members' mean)
     LOSS_STATS = PPOUpdate.STATS
+    #: FastPPO's extensions this algorithm implements (``symmetry``: ``.symmetric``, per member)
+    EXTENSIONS = ("symmetry",)
+    #: recurrent members (``rnn_type``): each member's own LSTM/GRU, PPO over whole sequences
+    SUPPORTS_RECURRENT = True
 
     @classmethod
     def get_default_config(cls) -> PopPPOConfig:
@@ -88,13 +97,18 @@ class PopPPO(FastAlgorithm):
         self.hp, self.returns = self.pbt.hp, self.pbt.returns
         self.env_steps = 0      # total env steps (all members): host count of our own calls
         self.num_updates = 0    # iterations (one update of every member each)
+        #: FastPPO's symmetry extension with a member axis (``.symmetric``); None: off
+        self.symmetry = make_symmetry(cfg.symmetry, env)
+        #: with symmetry and an asymmetric critic: this rollout's mirrored raw states ``[K, k*T*n, S]``
+        self._mirrored_states = None
         self.build_learner()
 
     def build_learner(self) -> None:
         cfg, env, K = self.config, self.env, self.K
         self.module = StackedActorCritic(K, self.obs_dim, env.single_action_space, self.hidden_sizes,
                                          cfg.activation, cfg.init_log_std, cfg.std_mode == "state_dependent",
-                                         self.state_dim, self.normalize_obs).to(self.device)
+                                         self.state_dim, self.normalize_obs,
+                                         recurrent_model_config(cfg)).to(self.device)
         space = env.single_action_space
         if not self.module.discrete:
             self.act_low = torch.as_tensor(space.low, dtype=torch.float32, device=self.device)
@@ -104,7 +118,8 @@ class PopPPO(FastAlgorithm):
         # the member lr hyperparameter it was last set from (PBT or a config change moves it)
         self.lr_applied = self.hp["lr"].clone()
         self.optimizer = (StackedAdam(self.params, K, self.hp["lr"], cfg.grad_clip, cfg.adaptive_lr_bounds)
-                          if K > 1 else SingleAdam(self.params, cfg.lr, cfg.grad_clip, cfg.adaptive_lr_bounds))
+                          if K > 1 else SingleAdam(self.params, cfg.lr, cfg.grad_clip, cfg.adaptive_lr_bounds,
+                                                   self.module.transposed_parameters()))
         self.horizon = cfg.resolved_horizon()
         T, N = self.horizon, env.num_envs
         obs_shape, act_shape = (self.obs_dim,), env.action_shape
@@ -125,6 +140,9 @@ class PopPPO(FastAlgorithm):
         self.any_invalid = False
         self._act_fn = compiled(self._act_step, cfg.compile, self.device)
         self.loss_fn = compiled(self._summed_loss, cfg.compile, self.device)   # what ``compile`` compiles
+        if self.module.recurrent:   # every member's memory of each of its envs, carried across rollouts
+            self.memories = self.module.initial_memories(self.n, self.device)
+            self.rollout_start = self.memories
         self._decorrelate()
 
     # -- member views ----------------------------------------------------------------------------
@@ -148,9 +166,24 @@ class PopPPO(FastAlgorithm):
         """One stacked forward for all K x n envs: normalised observations,
         actions, log-probabilities and env actions, flat in env order."""
         obs_n = self.module.policy_input(self.members(obs))
-        action, logp = self.module.sample(obs_n)
+        action, logp = self.module.sample(self._actor_latent(obs_n))
         flat = lambda x: x.reshape(self.K * self.n, *x.shape[2:])  # noqa: E731
         return flat(obs_n), flat(action), flat(logp), flat(self.env_action(action))
+
+    def _actor_latent(self, obs_n: torch.Tensor) -> torch.Tensor:
+        """What the actors' MLPs read for normalised ``[K, n, D]`` observations of the
+        training envs: the observations, or (recurrent actors) their memories'
+        outputs, the memories advanced by the step."""
+        if not self.module.actor_recurrent:
+            return obs_n
+        latent, actor = self.module.actor_step(obs_n, self.memories.actor)
+        self.memories = self.memories._replace(actor=actor)
+        return latent
+
+    def _forget_ended(self, step) -> None:
+        """Recurrent members: zero the memories of the envs whose episode ended with ``step``."""
+        if self.module.recurrent:
+            self.memories = forget_members(self.memories, self.members(episode_ended(step)))
 
     def policy_actions(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         """``[K, B, ...]`` raw observations -> ``[K, B, ...]`` env actions (each member its own)."""
@@ -166,9 +199,20 @@ class PopPPO(FastAlgorithm):
 
     def compute_actions(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
         """Actions of the best member (by fitness) for a batch of observations."""
+        if self.module.actor_recurrent:
+            raise ValueError(f"{type(self).__name__}.compute_actions: the members are recurrent (rnn_type = "
+                             f"{self.config.rnn_type!r}) and act from a memory of their episodes; use "
+                             "algo.episode_actor(num_envs) (act/forget per step) or get_module().forward_inference "
+                             "with Columns.STATE_IN")
         with torch.no_grad():
             x = obs.unsqueeze(0).expand(self.K, *obs.shape)
             return self.policy_actions(x, explore)[self.pbt.best_member()]
+
+    def episode_actor(self, num_envs: int, explore: bool = False):
+        """Evaluation's actor; recurrent members: the best member acting from a memory of its own."""
+        if not self.module.actor_recurrent:
+            return super().episode_actor(num_envs, explore)
+        return MemberEpisodeActor(self, num_envs, explore)
 
     @torch.no_grad()
     def _decorrelate(self) -> None:
@@ -189,11 +233,12 @@ class PopPPO(FastAlgorithm):
             obs = self.members(self.obs)
             if self.normalize_obs:
                 self.module.obs_norm.update(obs.float().reshape(self.K, self.n, -1))
-            policy_a, _ = self.module.sample(self.module.policy_input(obs))
+            policy_a, _ = self.module.sample(self._actor_latent(self.module.policy_input(obs)))
             policy_a = policy_a.reshape(N, *policy_a.shape[2:])
             random_a = self.env.sample_actions()
             use_random = (t < k).view(-1, *([1] * (random_a.dim() - 1)))
             step = self.env.step(torch.where(use_random, random_a, self.env_action(policy_a)))
+            self._forget_ended(step)
             self.obs = step.obs
             if self.states is not None:
                 self.states = step_states(step)
@@ -227,6 +272,10 @@ class PopPPO(FastAlgorithm):
         """T batched steps of the shared env; observation statistics frozen during
         the rollout and updated once at its end, per member."""
         env, st = self.env, self.storage
+        if self.symmetry is not None:   # the statistics this rollout's observations are normalised with
+            self.symmetry.freeze_obs_norm(self.module.obs_norm)
+        if self.module.recurrent:       # the states the rollout's sequences replay from
+            self.rollout_start = self.memories
         for t in range(self.horizon):
             if self.normalize_obs:
                 st["raw_obs"][t].copy_(self.obs.reshape(self.obs.shape[0], -1))
@@ -234,6 +283,7 @@ class PopPPO(FastAlgorithm):
                 st["states"][t].copy_(self.states)
             obs_n, action, logp, env_action = self._act_fn(self.obs)
             step = env.step(env_action)
+            self._forget_ended(step)
             if step.valid is not None:
                 self.any_invalid = True
                 st["valid"][t].copy_(step.valid)
@@ -262,12 +312,17 @@ class PopPPO(FastAlgorithm):
         T, n = self.horizon, self.n
         valid = self.by_member("valid") if self.any_invalid else None
         if self.state_dim is not None:   # asymmetric critic: its own per-member input statistics
+            if self.symmetry is not None:   # the raw states' mirrors, before they are normalised in place
+                self._mirrored_states = mirror_members(self.symmetry, states=self.by_member("states"))["states"]
             if self.normalize_obs:
                 module.state_norm.update(self.by_member("states"), mask=valid)
             for key in ("states", "final_states"):
                 x = module.critic_input(self.by_member(key))       # [K, T*n, S]
                 st[key].copy_(x.reshape(K, T, n, -1).transpose(0, 1).reshape_as(st[key]))
-        both = torch.cat([self.by_member(self.critic_key), self.by_member(self.final_critic_key)], 1)
+        if module.critic_recurrent:   # the critics' memories replayed over the rollout
+            both = self._recurrent_critic_features()
+        else:
+            both = torch.cat([self.by_member(self.critic_key), self.by_member(self.final_critic_key)], 1)
         v_n = module.value(both)                                       # [K, 2*T*n]
         v = module.value_norm.denormalize(v_n) if self.config.normalize_values else v_n
         # to [T, K, n] for the recursion over time
@@ -287,28 +342,78 @@ class PopPPO(FastAlgorithm):
         w = valid.float() if valid is not None else None
         return adv, targets, old_v, w
 
-    def loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w) -> PPOLossTerms:
+    def _starts(self) -> torch.Tensor:
+        """bool ``[K, T, n]``: the rollout's steps that begin an episode (after an end
+        at t-1); step 0 continues from the rollout's start state."""
+        st = self.storage
+        ended = st["done"] | ~st["valid"]
+        starts = torch.cat([torch.zeros_like(ended[:1]), ended[:-1]])
+        return starts.view(self.horizon, self.K, self.n).transpose(0, 1)
+
+    def _recurrent_critic_features(self) -> torch.Tensor:
+        """The critics' MLP inputs ``[K, 2*T*n, H]`` for the rollout's steps and their
+        ``final_obs`` (each one step on from the pre-reset state: exact time-out
+        bootstraps); the memories' end states are the next rollout's start."""
+        st, K, T, n = self.storage, self.K, self.horizon, self.n
+        seq = lambda key: st[key].view(T, K, n, -1).transpose(0, 1)  # noqa: E731
+        out, end, final_out = self.module.vf_memory.unroll(seq(self.critic_key), self.rollout_start.critic,
+                                                          self._starts(), seq(self.final_critic_key))
+        ended = self.members(st["done"][-1] | ~st["valid"][-1])
+        self.memories = self.memories._replace(critic=StackedRecurrentMemory.forget(end, ended))
+        return torch.cat([out.reshape(K, T * n, -1), final_out.reshape(K, T * n, -1)], 1)
+
+    def _sequence_features(self, x, idx, memory, starts, unroll):
+        """Rows ``idx`` (whole ``T``-step sequences of a set of envs, t-major) of member-major
+        ``x [K, T*n, D]`` replayed through ``unroll`` from the envs' start states."""
+        T = self.horizon
+        xs = x[:, idx].reshape(self.K, T, -1, x.shape[-1])
+        envs = idx[:xs.shape[2]]   # the rows of step 0 are the envs themselves
+        out = unroll(xs, memory[:, :, :, envs], starts[:, idx].reshape(self.K, T, -1))
+        return out.reshape(self.K, -1, out.shape[-1])
+
+    def actor_features(self, obs, idx, sequences=None):
+        """What the actors' MLPs read for rows ``idx``: the stored normalised observations,
+        or (recurrent actors) their memories replayed over whole sequences."""
+        if sequences is None or not self.module.actor_recurrent:
+            return obs[:, idx]
+        starts, start = sequences
+        return self._sequence_features(obs, idx, start.actor, starts, self.module.actor_sequence)
+
+    def critic_features(self, critic_in, idx, sequences=None):
+        """What the critics' MLPs read for rows ``idx`` (as :meth:`actor_features`)."""
+        if sequences is None or not self.module.critic_recurrent:
+            return critic_in[:, idx]
+        starts, start = sequences
+        return self._sequence_features(critic_in, idx, start.critic, starts, self.module.critic_sequence)
+
+    def loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored=None,
+             sequences=None) -> PPOLossTerms:
         """Each member's PPO loss on its own minibatch (positions ``idx`` of its
         own ``[K, T*n]`` data): FastPPO's ``ppo_loss`` over the member axis, with
         each member's clip, value and entropy weights; ``loss`` ``[K]``, ``stats``
-        ``[5, K]``."""
+        ``[5, K]``. With ``symmetry`` (``mirrored``: the rollout's mirrors) the
+        minibatch is augmented and/or the mirror loss added, per member."""
         cfg, module, hp = self.config, self.module, self.hp
+        if mirrored is not None:
+            return symmetric_member_loss(self.symmetry, module, hp, cfg, idx, obs, actions, old_logp, adv, targets,
+                                         old_v, critic_in, w, mirrored)
         wi = w[:, idx] if w is not None else None
         denom = wi.sum(-1).clamp_min(1.0) if wi is not None else None
-        logp, entropy = module.evaluate_actions(obs[:, idx], actions[:, idx])
+        logp, entropy = module.evaluate_actions(self.actor_features(obs, idx, sequences), actions[:, idx])
         a = adv[:, idx]
         if cfg.normalize_advantages:
             a = standardize(a, wi, dim=-1)
-        v = module.value(critic_in[:, idx])
+        v = module.value(self.critic_features(critic_in, idx, sequences))
         return ppo_loss(logp, entropy, old_logp[:, idx], a, v, targets[:, idx], old_v[:, idx],
                         clip_param=hp["clip_param"].unsqueeze(1), vf_clip_param=cfg.vf_clip_param,
                         vf_loss_coeff=hp["vf_loss_coeff"], entropy_coeff=hp["entropy_coeff"], w=wi, denom=denom,
                         dim=-1)
 
-    def _summed_loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w):
+    def _summed_loss(self, idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored=None,
+                     sequences=None):
         """The members' losses summed (member k's parameters get only member k's
         gradient) and their ``[5, K]`` statistics: the update step's forward."""
-        terms = self.loss(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
+        terms = self.loss(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w, mirrored, sequences)
         return terms.loss.sum(), terms.stats
 
     def learn(self, batch) -> None:
@@ -317,15 +422,19 @@ class PopPPO(FastAlgorithm):
         adv, targets, old_v, w = batch
         obs, actions, old_logp = self.by_member("obs"), self.by_member("actions"), self.by_member("logp")
         critic_in = self.by_member(self.critic_key)
+        mirrored = self._mirrored_batch()
+        # recurrent members: a minibatch is a set of envs' whole sequences, replayed from the rollout's start
+        sequences = (self._starts().reshape(K, -1), self.rollout_start) if self.module.recurrent else None
         B = self.horizon * self.n
         mb = B // cfg.num_minibatches
         loss_stats = torch.zeros(5, K, device=device)
         for _ in range(cfg.num_epochs):
-            perm = torch.randperm(B, device=device)
+            perm = torch.randperm(B if sequences is None else self.n, device=device)
             epoch_kl = torch.zeros(K, device=device)
             for i in range(cfg.num_minibatches):
-                idx = perm[i * mb:(i + 1) * mb]
-                loss, minibatch_stats = self.loss_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w)
+                idx = perm[i * mb:(i + 1) * mb] if sequences is None else self._sequence_rows(perm, i)
+                loss, minibatch_stats = self.loss_fn(idx, obs, actions, old_logp, adv, targets, old_v, critic_in, w,
+                                                     mirrored, sequences)
                 self.optimizer.step(torch.autograd.grad(loss, self.params))
                 with torch.no_grad():
                     loss_stats += minibatch_stats
@@ -338,6 +447,24 @@ class PopPPO(FastAlgorithm):
             self.log_learner(key, loss_stats[i].mean())
         self.last_loss_stats = loss_stats
         self.log_learner("curr_lr", self.optimizer.lr.mean())
+        if self.symmetry is not None:
+            self.log_learner("symmetry_loss", self.symmetry.take_loss_report())
+
+    def _sequence_rows(self, envs_order: torch.Tensor, i: int) -> torch.Tensor:
+        """Rows (``t * n + env``, t-major) of minibatch ``i``: ``n / num_minibatches`` envs
+        of ``envs_order`` with their whole ``T``-step sequences (FastPPO's recurrent minibatches)."""
+        per = self.n // self.config.num_minibatches
+        envs = envs_order[i * per:(i + 1) * per]
+        steps = torch.arange(self.horizon, device=envs.device).unsqueeze(1) * self.n
+        return (steps + envs.unsqueeze(0)).reshape(-1)
+
+    def _mirrored_batch(self):
+        """The rollout's mirrored transitions, member-major (``.symmetric``), or None without symmetry."""
+        if self.symmetry is None:
+            return None
+        raw = self.by_member("raw_obs" if self.normalize_obs else "obs")
+        critic_in = None if self._mirrored_states is None else self.module.critic_input(self._mirrored_states)
+        return mirror_member_batch(self.symmetry, raw, self.by_member("actions"), self.normalize_obs, critic_in)
 
     # -- PBT and live hyperparameters ----------------------------------------------------------------------
     @torch.no_grad()
@@ -360,6 +487,8 @@ class PopPPO(FastAlgorithm):
         step counts (or a fresh optimizer, ``pbt_exploit_optimizer='reset'``)
         and the adaptive lr."""
         copy_members(self.module, src, dst)
+        if self.module.recurrent:   # the donor's memories belong to its own envs: the replaced start afresh
+            self.memories = Memories(*(None if m is None else m.index_fill(0, dst, 0.0) for m in self.memories))
         lr = self.optimizer.lr
         if self.config.pbt_exploit_optimizer == "copy":
             self.optimizer.copy_members(src, dst)
@@ -379,22 +508,32 @@ class PopPPO(FastAlgorithm):
                 "optimizer": self.optimizer, "lr_applied": StateAdapter.tensor(self.lr_applied)}
 
     def extra_state(self) -> Dict[str, Any]:
-        return {**super().extra_state(), **self.pbt.extra_state(), "env_steps": self.env_steps,
-                "num_updates": self.num_updates, "any_invalid": self.any_invalid}
+        out = {**super().extra_state(), **self.pbt.extra_state(), "env_steps": self.env_steps,
+               "num_updates": self.num_updates, "any_invalid": self.any_invalid}
+        if self.module.recurrent:
+            out["memories"] = self.memories._asdict()
+        return out
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         super().set_extra_state(state)
         self.pbt.set_extra_state(state)
         for k in ("env_steps", "num_updates", "any_invalid"):
             setattr(self, k, state[k])
+        if self.module.recurrent:
+            self.memories = memories_on(state["memories"], self.device)
 
-    # the members' running returns belong to the live episodes too
+    # the members' running returns (and memories) belong to the live episodes too
     def _live_episodes(self) -> Dict[str, Any]:
-        return {**super()._live_episodes(), **self.pbt.live_episodes()}
+        out = {**super()._live_episodes(), **self.pbt.live_episodes()}
+        if self.module.recurrent:
+            out["memories"] = self.memories
+        return out
 
     def _keep_live_episodes(self, live: Dict[str, Any]) -> None:
         super()._keep_live_episodes(live)
         self.pbt.keep_live_episodes(live)
+        if self.module.recurrent:
+            self.memories = live["memories"]
 
     def on_source_not_restored(self) -> None:
         """On-policy: nothing is stored across iterations, so nothing to cut."""
@@ -406,3 +545,28 @@ class PopA2C(PopPPO):
     @classmethod
     def get_default_config(cls) -> PopA2CConfig:
         return PopA2CConfig()
+
+
+def forget_members(memories: Memories, ended: torch.Tensor) -> Memories:
+    """Member-stacked memory states with the envs ``ended`` (bool ``[K, n]``) zeroed."""
+    return Memories(*(None if m is None else StackedRecurrentMemory.forget(m, ended) for m in memories))
+
+
+class MemberEpisodeActor:
+    """Acts in ``num_envs`` envs of its own (evaluation) as the best member with a
+    memory of its own, from zero states: ``act(obs)`` each step, ``forget(ended)`` after it."""
+
+    def __init__(self, algo: PopPPO, num_envs: int, explore: bool) -> None:
+        self.algo, self.explore, self.member = algo, explore, algo.best_member()
+        self.memory = algo.module.initial_memories(num_envs, algo.device).actor
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        module, K = self.algo.module, self.algo.K
+        x = module.policy_input(obs.unsqueeze(0).expand(K, *obs.shape))
+        latent, self.memory = module.actor_step(x, self.memory)
+        a, _ = module.sample(latent, deterministic=not self.explore)
+        return self.algo.env_action(a)[self.member]
+
+    def forget(self, ended: torch.Tensor) -> None:
+        self.memory = StackedRecurrentMemory.forget(self.memory, ended.unsqueeze(0).expand(self.algo.K, -1))

@@ -27,8 +27,7 @@ def _pbt_interval_ok(v: Any) -> bool:
 #: FastPPO keys (rsl_rl's behaviours, docs/sources.md) PopPPO accepts only at their default
 POP_UNSUPPORTED = {"init": "orthogonal", "adaptive_lr_every": "epoch", "kl_estimator": "k3", "std_param": "log",
                    "clip_actions": True, "normalize_advantages_over": "minibatch", "grad_clip_scope": "global",
-                   "shuffle": "epoch", "adam_eps": 1e-5, "kl_reference": "auto",
-                   "rnn_type": None}
+                   "shuffle": "epoch", "adam_eps": 1e-5, "kl_reference": "auto"}
 
 
 class PopPPOConfig(FastPPOConfig):
@@ -99,7 +98,7 @@ class PopPPOConfig(FastPPOConfig):
         return self.rollout_length
 
     def validate_algorithm(self) -> None:
-        self.validate_extensions()   # FastPPO's symmetry/rnd: not PopPPO's (yet)
+        self.validate_extensions()   # FastPPO's symmetry: per member (PopPPO.EXTENSIONS); rnd: FastPPO's only
         name = type(self).__name__
         try:
             object.__setattr__(self, "num_envs", self.population_size * self.num_envs_per_member)
@@ -109,6 +108,16 @@ class PopPPOConfig(FastPPOConfig):
             if getattr(self, key) != only:
                 self._value_error(f"{name}: `{key}` = {getattr(self, key)!r} is not implemented by PopPPO's "
                                   f"stacked networks and update; allowed: {only!r}")
+        if self.rnn_type is not None:   # recurrent members: minibatches are sets of each member's envs
+            for key, value, allowed in (("compile", self.compile, False), ("symmetry", self.symmetry, None)):
+                if value not in (allowed, None):
+                    self._value_error(f"{name}: `{key}` = {value!r} does not combine with `rnn_type` = "
+                                      f"{self.rnn_type!r}; allowed: {allowed}")
+            if self.num_minibatches > self.num_envs_per_member:
+                self._value_error(f"{name}: `num_minibatches` = {self.num_minibatches} exceeds "
+                                  f"`num_envs_per_member` = {self.num_envs_per_member} (with rnn_type a minibatch "
+                                  f"is a set of each member's envs' whole sequences); allowed: "
+                                  f"<= {self.num_envs_per_member}")
         batch = self.resolved_horizon() * self.num_envs_per_member
         if batch < self.num_minibatches:
             self._value_error(f"{name}: `num_minibatches` = {self.num_minibatches} exceeds each member's batch "

@@ -19,7 +19,7 @@ Two implementations of one small interface (``step(grads)``, ``adapt(kl)``,
 """
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 
@@ -69,8 +69,12 @@ class SingleAdam:
     """One member: FastPPO's fused ``torch.optim.Adam``, ``clip_grad_norm_`` and
     host-side adaptive lr (one host sync per epoch, as FastPPO)."""
 
-    def __init__(self, params: Sequence[torch.Tensor], lr: float, grad_clip, bounds):
+    def __init__(self, params: Sequence[torch.Tensor], lr: float, grad_clip, bounds,
+                 transposed: Optional[Sequence[bool]] = None):
         self.params = list(params)
+        #: which parameters are stored transposed w.r.t. FastPPO's (``StackedLinear`` weights ``[1, in, out]``);
+        #: default: every 3-D one (a stacked MLP's weights and biases)
+        self.transposed = [p.dim() == 3 for p in self.params] if transposed is None else list(transposed)
         self.opt = torch.optim.Adam(self.params, lr=float(lr), eps=ADAM_EPS, fused=True)
         self.grad_clip, self.bounds = grad_clip, tuple(bounds)
 
@@ -94,7 +98,7 @@ class SingleAdam:
         not the stack's ``[1, in, out]``): a norm sums in memory order, and a sum in
         another order differs in the last bit, which is enough to part the two runs
         once clipping engages."""
-        flat = [g[0].t().contiguous() if g.dim() == 3 else g for g in grads]
+        flat = [g[0].t().contiguous() if t else g for g, t in zip(grads, self.transposed)]
         total = torch.nn.utils.get_total_norm(flat, foreach=True)
         torch.nn.utils.clip_grads_with_norm_(self.params, self.grad_clip, total, foreach=True)
 

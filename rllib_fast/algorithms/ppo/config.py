@@ -89,9 +89,10 @@ class FastPPOConfig(OnPolicyConfig):
                          "rnn_type, contiguous blocks of envs: rsl_rl's recurrent minibatches)", (str,),
                          choices=("epoch", "once", "none")),
         "adam_eps": Param(1e-5, "Adam epsilon (rsl_rl: torch's default 1e-8)", low=0.0, low_open=True),
-        "symmetry": Param(None, "symmetry augmentation and/or mirror loss (rsl_rl's symmetry_cfg; FastPPO): a dict "
-                          "{mirror_fn: 'module:function' or a callable (obs=, actions=, states=) -> (mirrored obs, "
-                          "actions, states), use_data_augmentation: bool, use_mirror_loss: bool, "
+        "symmetry": Param(None, "symmetry augmentation and/or mirror loss (rsl_rl's symmetry_cfg; FastPPO, and "
+                          "PopPPO per member): a dict {mirror_fn: 'module:function' or a callable (obs=, actions=, "
+                          "states=) -> (mirrored obs, actions, states), use_data_augmentation: bool, "
+                          "use_mirror_loss: bool, "
                           "mirror_loss_coeff: float >= 0}; built-in mirrors: "
                           "'rllib_fast.algorithms.extensions:cartpole_mirror' / ':pendulum_mirror' "
                           "(docs/rsl_rl-features.md); None: off", (dict,), optional=True),

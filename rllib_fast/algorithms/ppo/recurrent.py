@@ -129,7 +129,7 @@ class RecurrentActing:
     def _after_env_step(self, step) -> None:
         super()._after_env_step(step)
         if self.recurrent:
-            self.memories = self.memories.forget(_episode_ended(step))
+            self.memories = self.memories.forget(episode_ended(step))
 
     def _rollout(self) -> None:
         if self.recurrent:
@@ -185,7 +185,7 @@ class RecurrentActing:
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         super().set_extra_state(state)
         if self.recurrent:
-            self.memories = _memories_on(state["memories"], self.device)
+            self.memories = memories_on(state["memories"], self.device)
 
     def _live_episodes(self) -> Dict[str, Any]:
         out = super()._live_episodes()
@@ -199,11 +199,11 @@ class RecurrentActing:
             self.memories = live["memories"]
 
 
-def _memories_on(state: Dict[str, Any], device) -> Memories:
+def memories_on(state: Dict[str, Any], device) -> Memories:
     return Memories(*(None if state.get(k) is None else state[k].to(device) for k in Memories._fields))
 
 
-def _episode_ended(step) -> torch.Tensor:
+def episode_ended(step) -> torch.Tensor:
     """bool ``[N]``: the envs whose memory must be zeroed after ``step``: an episode
     ended, or the step was the invalid one that carried a late reset."""
     ended = step.terminated | step.truncated
