@@ -35,7 +35,8 @@ __all__ = ["WorkerError", "MakeEnvFn", "SharedLayout", "WorkerResources", "worke
 MakeEnvFn = Callable[[int, Optional[int]], TensorVecEnv]
 
 # command words (shared int32 per worker)
-CMD_STEP, CMD_RESET, CMD_GET_STATE, CMD_SET_STATE, CMD_CLOSE, CMD_RANDOMIZE_CLOCKS, CMD_EPISODE_METRICS = range(1, 8)
+(CMD_STEP, CMD_RESET, CMD_GET_STATE, CMD_SET_STATE, CMD_CLOSE, CMD_RANDOMIZE_CLOCKS,
+ CMD_EPISODE_METRICS) = range(1, 8)
 _ALIGN = 64
 
 
@@ -186,7 +187,8 @@ def _serve(w: int, env: TensorVecEnv, conn: Any, cmd_sem: Any, done_sem: Any, bu
             if hasattr(env, "randomize_episode_progress"):
                 env.randomize_episode_progress()
         elif c == CMD_EPISODE_METRICS:   # the source's own episode statistics (e.g. envpool's reward terms)
-            conn.send(("metrics", env.episode_metrics() if callable(getattr(env, "episode_metrics", None)) else {}))
+            metrics = getattr(env, "episode_metrics", None)
+            conn.send(("metrics", metrics() if callable(metrics) else {}))
         elif c == CMD_CLOSE:
             return
         else:
