@@ -67,9 +67,6 @@ def recipe_arms(short: str, task: str) -> List[Arm]:
         Arm("recipe", "rllib_fast_file", dict(path=path), what=f"`{path}` as shipped (learns in the simulator's shadow)"),
         Arm("recipe-sync", "rllib_fast_file", dict(path=path, overrides={"learn_while_stepping": False}),
             what="the same recipe synchronous, one process"),
-        Arm("fastppo-fast-t8", "rllib_fast_file", dict(path=fast, overrides={"rollout_length": 8, "num_minibatches": 2}),
-            what="the fast recipe updating 3x as often per env step (8 steps x 64 envs, 2 minibatches of 256; "
-                 "the same learner work per env step)"),
         rsl_mjlab(task, 128), rsl_mjlab(task, 256)]
 
 
@@ -125,6 +122,9 @@ def go1_arms() -> List[Arm]:
         Arm("fastppo-fast", "rllib_fast_file", dict(path=fast), what=f"FastPPO's fastest recipe, `{fast}`"),
         Arm("fastppo-fast-sync", "rllib_fast_file", dict(path=fast, overrides={"learn_while_stepping": False}),
             what="the same recipe synchronous, one process"),
+        Arm("fastppo-fast-t8", "rllib_fast_file", dict(path=fast, overrides={"rollout_length": 8, "num_minibatches": 2}),
+            what="the fast recipe updating 3x as often per env step (8 steps x 64 envs, 2 minibatches of 256; "
+                 "the same learner work per env step)"),
         Arm("pql", "rllib_fast_file", dict(path=pql),
             what=f"`{pql}`: 2 critic updates of batch 2048 per vectorised step (each transition sampled ~64 times)"),
         Arm("pql-utd0.5", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 0.5}),
