@@ -120,8 +120,9 @@ def go1_arms() -> List[Arm]:
         Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml"),
             what="FastPPO with rsl_rl's (mjlab's Go1) settings, `tune_configs/envpool-go1-joystick-fastppo.yaml`"),
         Arm("fastppo-fast", "rllib_fast_file", dict(path=fast), what=f"FastPPO's fastest recipe, `{fast}`"),
-        Arm("fastppo-fast-sync", "rllib_fast_file", dict(path=fast, overrides={"learn_while_stepping": False}),
-            what="the same recipe synchronous, one process"),
+        Arm("fastppo-fast-sync", "rllib_fast_file", dict(path=fast, overrides={"learn_while_stepping": False,
+                                                                             "env_config": {"num_threads": 2}}),
+            what="the same recipe synchronous, one process (the pool on 2 threads, as `fastppo`)"),
         Arm("fastppo-fast-t8", "rllib_fast_file", dict(path=fast, overrides={"rollout_length": 8, "num_minibatches": 2}),
             what="the fast recipe updating 3x as often per env step (8 steps x 64 envs, 2 minibatches of 256; "
                  "the same learner work per env step)"),
