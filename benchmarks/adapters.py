@@ -135,6 +135,13 @@ def file_config(path: str, run: Optional[str] = None, drop: Sequence[str] = (),
     return cls, config, int((spec.get("checkpoint_config") or {}).get("checkpoint_frequency") or 0)
 
 
+def reward_terms(result: Mapping[str, Any]) -> Dict[str, float]:
+    """The task's own reward terms an rllib_fast result carries (``env_runners/reward_terms/<term>``:
+    per-episode means of envpool Playground tasks' terms, e.g. ``tracking_lin_vel``), finite ones only."""
+    terms = (result.get("env_runners") or {}).get("reward_terms") or {}
+    return {k: v for k, v in ((str(k), _finite(v)) for k, v in terms.items()) if v is not None}
+
+
 def _train_rllib_fast(session: Any, algo: Any, checkpoint_every: int = 0) -> None:
     """The train loop of an rllib_fast algorithm: one report per ``train()``, the
     file's checkpoints at its frequency (on the clock), evaluations when due."""
@@ -151,7 +158,10 @@ def _train_rllib_fast(session: Any, algo: Any, checkpoint_every: int = 0) -> Non
                 algo.save_to_path(ckpt_dir)
             rets = tap.take(session) if tap else tracker.take()
             lib = _finite((r.get("env_runners") or {}).get("episode_return_mean"))
-            if session.report(r["num_env_steps_sampled_lifetime"], rets, lib_return=lib):
+            # the terms of the episodes this iteration finished (none finished: the logger's last value, left out)
+            terms = reward_terms(r) if (any(rets.values()) if isinstance(rets, Mapping) else rets) else {}
+            if session.report(r["num_env_steps_sampled_lifetime"], rets, lib_return=lib,
+                              **({"terms": terms} if terms else {})):
                 break
             session.evaluate(lambda: algo.evaluate()["env_runners"]["episode_return_mean"])
     finally:
@@ -294,14 +304,18 @@ class StepTap:
 
 
 def _train_rsl_rl(session: Any, env: Any, runner: Any) -> None:
+    """rsl_rl's runner one iteration per report; a VecEnv with ``episode_metrics()`` (the envpool
+    peer) has the task's reward terms recorded with each point as rllib_fast's arms do."""
     tap = StepTap(env)
+    episode_metrics = getattr(env, "episode_metrics", None)
     session.training_started()
     first = True
     try:
         while True:
             runner.learn(1, init_at_random_ep_len=first)
             first = False
-            if session.report(tap.steps, tap.take()):
+            terms = {k.split("/", 1)[-1]: float(v) for k, v in (episode_metrics() if episode_metrics else {}).items()}
+            if session.report(tap.steps, tap.take(), **({"terms": terms} if terms else {})):
                 break
     finally:
         env.close()
@@ -552,12 +566,13 @@ def _burn(seconds: float) -> None:
 
 
 def fake(session: Any, ramp_s: float = 1.0, top: float = 10.0, step_s: float = 0.05, burn: bool = False,
-         helper_processes: int = 0, eval_s: float = 0.0, episodes: int = 100) -> None:
+         helper_processes: int = 0, eval_s: float = 0.0, episodes: int = 100, terms: Sequence[str] = ()) -> None:
     """A known curve: every report hands ``episodes`` returns equal to
     ``top * min(1, training-only time / ramp_s)``, so a target ``g`` is reached after
     ``ramp_s * g / top`` s of training time. ``burn``: the step burns CPU instead of
     sleeping; ``helper_processes``: that many extra processes burn CPU meanwhile.
-    ``eval_s``: each greedy evaluation sleeps that long."""
+    ``eval_s``: each greedy evaluation sleeps that long. ``terms``: reward-term names
+    reported with each point, each equal to the return / ``top`` (a task's own terms)."""
     import multiprocessing
     import time
 
@@ -572,7 +587,8 @@ def fake(session: Any, ramp_s: float = 1.0, top: float = 10.0, step_s: float = 0
             _burn(step_s) if burn else time.sleep(step_s)
             steps += episodes
             value = top * min(1.0, session.train_s() / ramp_s)
-            if session.report(steps, [value] * episodes):
+            extra = {"terms": {t: value / top for t in terms}} if terms else {}
+            if session.report(steps, [value] * episodes, **extra):
                 break
             session.evaluate(lambda: (time.sleep(eval_s), top)[1])
     finally:

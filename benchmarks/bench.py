@@ -329,31 +329,47 @@ def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: reward terms drawn under the return (substrings of the term names): the velocity-tracking terms
+#: of the envpool Playground joystick tasks; every recorded term stays in the results file
+PLOTTED_TERMS = ("tracking",)
+
+
+def term_names(data: Dict[str, Any]) -> List[str]:
+    """The reward terms the runs recorded (``terms`` of their points) that the plot draws."""
+    names = {k for r in data["runs"] for p in r["points"] for k in (p.get("terms") or {})}
+    return sorted(n for n in names if any(s in n for s in PLOTTED_TERMS))
+
+
 def plot(data: Dict[str, Any], path: str) -> None:
-    """Learning curves from the results file: return vs wall time and vs env steps."""
+    """Learning curves from the results file: the return, and each recorded velocity-tracking
+    reward term (per-episode mean per step), against wall time and against env steps."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    terms = term_names(data)
+    fig, grid = plt.subplots(1 + len(terms), 2, figsize=(12, 4.5 + 3.0 * len(terms)), squeeze=False)
     colors: Dict[str, Any] = {}
     for r in data["runs"]:
-        pts = [p for p in r["points"] if p.get("ret") is not None]
-        if not pts:
-            continue
         c = colors.setdefault(r["arm"], f"C{len(colors) % 10}")
         label = r["arm"] if sum(1 for x in data["runs"] if x["arm"] == r["arm"] and x is not r) == 0 or \
             r["seed"] == min(x["seed"] for x in data["runs"] if x["arm"] == r["arm"]) else None
-        axes[0].plot([p["t"] for p in pts], [p["ret"] for p in pts], color=c, lw=1, label=label)
-        axes[1].plot([p["steps"] for p in pts], [p["ret"] for p in pts], color=c, lw=1)
+        pts = [p for p in r["points"] if p.get("ret") is not None]
+        grid[0][0].plot([p["t"] for p in pts], [p["ret"] for p in pts], color=c, lw=1, label=label)
+        grid[0][1].plot([p["steps"] for p in pts], [p["ret"] for p in pts], color=c, lw=1)
+        for row, term in enumerate(terms, start=1):
+            tp = [p for p in r["points"] if term in (p.get("terms") or {})]
+            grid[row][0].plot([p["t"] for p in tp], [p["terms"][term] for p in tp], color=c, lw=1)
+            grid[row][1].plot([p["steps"] for p in tp], [p["terms"][term] for p in tp], color=c, lw=1)
     goal = bar(data)
-    for ax, xl in zip(axes, ("wall time from process start (s)", "env steps")):
-        if goal is not None:
-            ax.axhline(goal, color="k", ls=":", lw=1)
-        ax.set_xlabel(xl)
-        ax.set_ylabel("last-100 training return")
-    axes[0].legend(fontsize=8)
+    for row, ylabel in enumerate(["last-100 training return"] + [f"reward term {t} (episode mean)" for t in terms]):
+        for ax, xl in zip(grid[row], ("wall time from process start (s)", "env steps")):
+            if goal is not None and row == 0:
+                ax.axhline(goal, color="k", ls=":", lw=1)
+            ax.set_xlabel(xl)
+            ax.set_ylabel(ylabel, fontsize=8)
+    grid[0][0].legend(fontsize=8)
     fig.suptitle(data.get("title", ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

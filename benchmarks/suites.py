@@ -89,6 +89,63 @@ def pql_arms(task: str) -> List[Arm]:
         rsl_mjlab(task, 128), rsl_mjlab(task, 256)]
 
 
+#: PQL's exploration keys SAC(n) does not take (SAC explores by sampling its own policy)
+PQL_EXPLORATION = ("noise_type", "noise_std_min", "noise_std_max")
+
+
+def robot_arms(task: str) -> List[Arm]:
+    """Our arms of an envpool robot suite from its shipped files: FastPPO, PQL (processes and
+    threads) and SAC(n) run sequentially on PQL's file (its networks, C51 critic, replay and
+    update-to-data ratio; FastSAC's initial temperature 0.001)."""
+    pql = f"tune_configs/envpool-{task}-pql.yaml"
+    return [
+        Arm("fastppo", "rllib_fast_file", dict(path=f"tune_configs/envpool-{task}-fastppo.yaml")),
+        Arm("pql", "rllib_fast_file", dict(path=pql)),
+        Arm("pql-threads", "rllib_fast_file", dict(path=pql, overrides={"backend": "thread"}),
+            what="the same file, learners as threads in one process"),
+        Arm("sacn", "rllib_fast_file", dict(path=pql, run="SACN", drop=PQL_CONCURRENCY + PQL_EXPLORATION,
+                                            overrides={"sac_init_alpha": 0.001}),
+            what=f"SAC(n), sequential, `{pql}`'s settings, initial temperature 0.001 (FastSAC)")]
+
+
+def go1_arms() -> List[Arm]:
+    """The Go1 joystick suite (issue 39): rsl_rl's runner with mjlab's Go1 PPO settings, FastPPO with
+    the same settings and its fastest recipe, PQL's and SAC(n)'s recipes with candidate update-to-data
+    ratios (docs/pql.md "Go1 on two cores"), PopPPO K=4 on one pool."""
+    pql, sacn = "tune_configs/envpool-go1-joystick-pql.yaml", "tune_configs/envpool-go1-joystick-sacn.yaml"
+    fast = "tune_configs/envpool-go1-joystick-fastppo-fast.yaml"
+    return [
+        Arm("rsl_rl-64", "rsl_rl_envpool", dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64,
+                                                 mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1"),
+            what="rsl_rl's runner, mjlab's Go1 PPO settings, N=64 as our arms (a Go1 pool holds ~40-90 MB per env), "
+                 "through benchmarks/peers/envpool_rsl_rl.py"),
+        Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml"),
+            what="FastPPO with rsl_rl's (mjlab's Go1) settings, `tune_configs/envpool-go1-joystick-fastppo.yaml`"),
+        Arm("fastppo-fast", "rllib_fast_file", dict(path=fast), what=f"FastPPO's fastest recipe, `{fast}`"),
+        Arm("fastppo-fast-sync", "rllib_fast_file", dict(path=fast, overrides={"learn_while_stepping": False,
+                                                                             "env_config": {"num_threads": 2}}),
+            what="the same recipe synchronous, one process (the pool on 2 threads, as `fastppo`)"),
+        Arm("fastppo-fast-t8", "rllib_fast_file", dict(path=fast, overrides={"rollout_length": 8, "num_minibatches": 2}),
+            what="the fast recipe updating 3x as often per env step (8 steps x 64 envs, 2 minibatches of 256; "
+                 "the same learner work per env step)"),
+        Arm("pql", "rllib_fast_file", dict(path=pql),
+            what=f"`{pql}`: 2 critic updates of batch 2048 per vectorised step (each transition sampled ~64 times)"),
+        Arm("pql-utd0.5", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 0.5}),
+            what="the same file, 1 critic update per 2 vectorised steps (~16 samples per transition)"),
+        Arm("pql-small", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 1.0, "batch_size": 1024,
+                                                                     "critic_hidden_sizes": [256, 256]}),
+            what="the same file, 1 critic update of batch 1024 per vectorised step, [256, 256] critics "
+                 "(~16 samples per transition, about a quarter of the cost per update)"),
+        Arm("pql-threads", "rllib_fast_file", dict(path=pql, overrides={"backend": "thread"}),
+            what="the same file, learners as threads in one process"),
+        Arm("sacn", "rllib_fast_file", dict(path=sacn),
+            what=f"`{sacn}`: sequential, 1 critic update of batch 2048 per vectorised step"),
+        Arm("sacn-utd0.5", "rllib_fast_file", dict(path=sacn, overrides={"beta_av": 0.5}),
+            what="the same file, 1 critic update per 2 vectorised steps"),
+        Arm("pop_ppo-4", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pop-ppo.yaml"),
+            what="PopPPO, 4 members x 16 envs on one 64-env pool; best member's own last-100 window")]
+
+
 SUITES: Dict[str, Suite] = {s.name: s for s in [
     Suite("mjlab-balance", "mjlab Cartpole Balance (10 s episodes): shipped recipe vs rsl_rl",
           recipe_arms("balance", "Mjlab-Cartpole-Balance"), target=9.0, budget_s=300, probe=MJ_PROBE, peer="rsl_rl"),
@@ -117,17 +174,7 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
                                                       kl_target=0.01),
             what="framework-free PPO (benchmarks/single_file_ppo.py), FastPPO's schedule, N=64")],
           target=475.0, budget_s=180, probe=dict(kind="builtin", env="CartPole", num_envs=64), peer="rllib-ppo"),
-    Suite("go1", "envpool Go1 joystick (flat): return reached in 20 minutes, then time to it", [
-        Arm("rsl_rl-64", "rsl_rl_envpool", dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64,
-                                                 mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1"),
-            what="rsl_rl's runner, mjlab's Go1 PPO settings, N=64 as our arms (a Go1 pool holds ~40-90 MB per env), "
-                 "through benchmarks/peers/envpool_rsl_rl.py"),
-        Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml")),
-        Arm("pql", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pql.yaml")),
-        Arm("pql-threads", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pql.yaml",
-                                                   overrides={"backend": "thread"}),
-            what="the same file, learners as threads in one process"),
-        Arm("pop_ppo-4", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pop-ppo.yaml"))],
+    Suite("go1", "envpool Go1 joystick (flat): return reached in 20 minutes, then time to it", go1_arms(),
           mode="fixed", budget_s=1200, reference="rsl_rl-64", peer="rsl_rl",
           probe=dict(kind="envpool", task="Go1JoystickFlatTerrain-v1", num_envs=64)),
     Suite("ant", "envpool Ant-v4: return reached in 20 minutes, then time to it", [
@@ -135,21 +182,15 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
             what="rl_games 1.6.5 PPO, its own ant_envpool.yaml"),
         Arm("rl_games-sac", "rl_games", dict(config="configs/mujoco/sac_ant_envpool.yaml"),
             what="rl_games 1.6.5 SAC, its own sac_ant_envpool.yaml"),
-        Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-ant-fastppo.yaml")),
-        Arm("pql", "rllib_fast_file", dict(path="tune_configs/envpool-ant-pql.yaml")),
-        Arm("pql-threads", "rllib_fast_file", dict(path="tune_configs/envpool-ant-pql.yaml",
-                                                   overrides={"backend": "thread"}),
-            what="the same file, learners as threads in one process")],
+        *robot_arms("ant")],
           mode="fixed", budget_s=1200, reference="rl_games-ppo", peer="rl_games",
           probe=dict(kind="envpool", task="Ant-v4", num_envs=64)),
+    # rl_games 1.6.5 ships no SAC envpool config for Humanoid (configs/mujoco: sac_ant_envpool and
+    # sac_halfcheetah_envpool only), so its PPO is the peer here
     Suite("humanoid", "envpool Humanoid-v4: return reached in 20 minutes, then time to it", [
         Arm("rl_games-ppo", "rl_games", dict(config="configs/mujoco/humanoid_envpool.yaml"),
             what="rl_games 1.6.5 PPO, its own humanoid_envpool.yaml"),
-        Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-humanoid-fastppo.yaml")),
-        Arm("pql", "rllib_fast_file", dict(path="tune_configs/envpool-humanoid-pql.yaml")),
-        Arm("pql-threads", "rllib_fast_file", dict(path="tune_configs/envpool-humanoid-pql.yaml",
-                                                   overrides={"backend": "thread"}),
-            what="the same file, learners as threads in one process")],
+        *robot_arms("humanoid")],
           mode="fixed", budget_s=1200, reference="rl_games-ppo", peer="rl_games",
           probe=dict(kind="envpool", task="Humanoid-v4", num_envs=64)),
     Suite("rates", "Whole-loop env-steps/s over a fixed window (samplers, learners, sources)", [

@@ -136,3 +136,44 @@ def test_every_suite_names_existing_adapters(bench):
         assert len({a.name for a in suite.arms}) == len(suite.arms)
         if suite.name != "fake" and suite.mode == "target":
             assert min(suite.seeds) >= 100 and len(suite.seeds) >= 5
+
+
+def test_reward_terms_are_recorded_and_plotted_from_the_results_file(bench, tmp_path):
+    # the task's own reward terms ride on each curve point, land in the results file, and the
+    # report (--report-only's path) draws the velocity-tracking ones under the return
+    import dataclasses
+
+    suite = bench.SUITES["fake"]
+    (arm,) = [dataclasses.replace(a, params=dict(a.params, terms=["tracking_lin_vel", "feet_air_time"]))
+              for a in suite.arms if a.name == "fake"]
+    bench.run_suite(suite, [100], [arm], str(tmp_path))
+    data = bench.load_results(str(tmp_path / "fake.json"))
+    pts = [p for p in data["runs"][0]["points"] if p.get("ret") is not None]
+    assert pts and all(p["terms"]["tracking_lin_vel"] == pytest.approx(p["ret"] / 10.0) for p in pts)
+    assert bench.term_names(data) == ["tracking_lin_vel"]     # only the tracking terms are drawn
+    png = tmp_path / "fake.png"
+    png.unlink(missing_ok=True)
+    bench.write_report(suite, data, str(tmp_path))
+    assert png.exists()
+
+
+def test_rllib_fast_results_hand_their_reward_terms_to_the_curve(bench):
+    adapters = bench.protocol.resolve("fake").__globals__
+    terms = adapters["reward_terms"]({"env_runners": {"reward_terms": {"tracking_lin_vel": 0.5, "bad": float("nan")},
+                                                      "episode_return_mean": 1.0}})
+    assert terms == {"tracking_lin_vel": 0.5}
+    assert adapters["reward_terms"]({"env_runners": {}}) == {}
+
+
+@pytest.mark.parametrize("suite_name", ["go1", "ant", "humanoid"])
+def test_robot_suite_files_parse_and_validate(bench, suite_name):
+    # every rllib_fast arm of the robot suites resolves its file (run swap, drops, overrides) and
+    # passes the config's validation without building the env
+    adapters = bench.protocol.resolve("fake").__globals__
+    for arm in bench.SUITES[suite_name].arms:
+        if arm.adapter != "rllib_fast_file":
+            continue
+        p = arm.params
+        cls, config, _ = adapters["file_config"](p["path"], p.get("run"), p.get("drop", ()),
+                                                 dict(p.get("overrides") or {}, seed=100))
+        cls.get_default_config().update_from_dict(config).validate()

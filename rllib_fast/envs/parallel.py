@@ -139,8 +139,9 @@ import numpy as np
 import torch
 
 from .base import Step, TensorVecEnv, canonical_device, check_num_envs, concat_steps, env_share
-from .workers import (CMD_GET_STATE, CMD_RANDOMIZE_CLOCKS, CMD_RESET, CMD_SET_STATE, CMD_STEP, MakeEnvFn,
-                      SharedLayout, WorkerError, WorkerResources, resolve_affinity, spin_acquire, worker_main)
+from .workers import (CMD_EPISODE_METRICS, CMD_GET_STATE, CMD_RANDOMIZE_CLOCKS, CMD_RESET, CMD_SET_STATE,
+                      CMD_STEP, MakeEnvFn, SharedLayout, WorkerError, WorkerResources, resolve_affinity,
+                      spin_acquire, worker_main)
 from ..core.seeding import worker_seed
 from ..core.threads import reserve_cores
 
@@ -356,6 +357,8 @@ class ParallelVecEnv(TensorVecEnv):
         self.autoreset_mode = i0.get("autoreset_mode")
         # the critic's privileged states (asymmetric actor-critic), mirrored like obs
         self.single_state_space = i0.get("state_space")
+        # sources with their own episode statistics (envpool's reward terms): read per log, see episode_metrics
+        self._metrics_workers = [w for w, i in enumerate(infos) if i.get("episode_metrics")]
         spec = i0["spec"]
         obs_dtype = np.dtype(spec["obs_dtype"]) if spec else np.dtype(obs_space.dtype)
         extras = spec["extras"] if spec else {}
@@ -563,6 +566,26 @@ class ParallelVecEnv(TensorVecEnv):
         if any(self._pending):
             raise RuntimeError("states read while a step is in flight; wait for it first")
         return self._out(torch.from_numpy(self._v["states"].copy()))
+
+    def episode_metrics(self) -> Dict[str, float]:
+        """The sources' own per-episode statistics since the last call (``episode_metrics()`` of each
+        worker's source, e.g. envpool's reward-term means, which the algorithms' episode logging
+        reads once per iteration): a key's value is the mean over the workers that report it, exact
+        with one worker (``learn_while_stepping``'s simulator process); with several each worker's
+        mean counts once. While a step is in flight it returns ``{}`` and the sources keep
+        accumulating for the next call (a command cannot interrupt a step)."""
+        workers = getattr(self, "_metrics_workers", [])
+        if not workers or any(self._pending):
+            return {}
+        self._check_usable()
+        self._send(workers, CMD_EPISODE_METRICS)
+        got = [self._recv(w, "metrics", self.step_timeout) for w in workers]
+        self._wait(workers)
+        merged: Dict[str, List[float]] = {}
+        for metrics in got:
+            for key, value in metrics.items():
+                merged.setdefault(key, []).append(float(value))
+        return {key: sum(values) / len(values) for key, values in merged.items()}
 
     def randomize_episode_progress(self) -> None:
         """Spread the episode clocks of every worker's source (a no-op in a

@@ -3,7 +3,7 @@ simulator process, its command loop and the shared-memory block it writes into.
 
 Protocol (one round trip per step): the main process writes the actions into
 the shared block, sets the worker's command word (``CMD_STEP``, ``CMD_RESET``,
-``CMD_GET_STATE``, ``CMD_SET_STATE``, ``CMD_CLOSE``) and releases the worker's
+``CMD_GET_STATE``, ``CMD_SET_STATE``, ``CMD_EPISODE_METRICS``, ``CMD_CLOSE``) and releases the worker's
 *command* semaphore; the worker runs the command on its source, writes its rows
 and releases its *done* semaphore. Exceptions travel back over the worker's pipe
 with their traceback and are raised as :class:`WorkerError`; a worker exits on
@@ -30,12 +30,13 @@ from ..core.threads import CoreReservation
 
 __all__ = ["WorkerError", "MakeEnvFn", "SharedLayout", "WorkerResources", "worker_main",
            "resolve_affinity", "spin_acquire", "CMD_STEP", "CMD_RESET", "CMD_GET_STATE", "CMD_SET_STATE",
-           "CMD_CLOSE", "CMD_RANDOMIZE_CLOCKS"]
+           "CMD_CLOSE", "CMD_RANDOMIZE_CLOCKS", "CMD_EPISODE_METRICS"]
 
 MakeEnvFn = Callable[[int, Optional[int]], TensorVecEnv]
 
 # command words (shared int32 per worker)
-CMD_STEP, CMD_RESET, CMD_GET_STATE, CMD_SET_STATE, CMD_CLOSE, CMD_RANDOMIZE_CLOCKS = 1, 2, 3, 4, 5, 6
+(CMD_STEP, CMD_RESET, CMD_GET_STATE, CMD_SET_STATE, CMD_CLOSE, CMD_RANDOMIZE_CLOCKS,
+ CMD_EPISODE_METRICS) = range(1, 8)
 _ALIGN = 64
 
 
@@ -185,6 +186,9 @@ def _serve(w: int, env: TensorVecEnv, conn: Any, cmd_sem: Any, done_sem: Any, bu
         elif c == CMD_RANDOMIZE_CLOCKS:   # a no-op for a source without episode clocks
             if hasattr(env, "randomize_episode_progress"):
                 env.randomize_episode_progress()
+        elif c == CMD_EPISODE_METRICS:   # the source's own episode statistics (e.g. envpool's reward terms)
+            metrics = getattr(env, "episode_metrics", None)
+            conn.send(("metrics", metrics() if callable(metrics) else {}))
         elif c == CMD_CLOSE:
             return
         else:
@@ -213,6 +217,7 @@ def worker_main(w: int, make_env_fn: MakeEnvFn, n: int, seed: Optional[int], con
                 "normalize_obs_hint": getattr(env, "normalize_obs_hint", None), "pid": os.getpid(),
                 "autoreset_mode": getattr(env, "autoreset_mode", None),
                 "state_space": getattr(env, "single_state_space", None),
+                "episode_metrics": callable(getattr(env, "episode_metrics", None)),
                 "spec": _probe_spec(make_env_fn) if probe else None}
         conn.send(("ready", info))
         msg = conn.recv()

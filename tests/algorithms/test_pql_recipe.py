@@ -363,3 +363,26 @@ def test_shipped_envpool_recipes_train_on_the_real_tasks(name):
         assert config["v_min"] <= r["q_mean"] <= config["v_max"]
     finally:
         algo.stop()
+
+
+def test_shipped_go1_sacn_recipe_trains_on_the_real_task():
+    """envpool-go1-joystick-sacn.yaml, sizes shrunk, on envpool's Go1 joystick: SAC(n) with the
+    recipe's C51 critic reads the privileged states, and its updates run inside the file's support."""
+    pytest.importorskip("envpool")
+    (spec,) = yaml.safe_load((TUNE_CONFIGS / "envpool-go1-joystick-sacn.yaml").read_text()).values()
+    assert spec["run"] == "SACN"
+    config = {k: v for k, v in spec["config"].items() if k not in ("evaluation_interval", "seed", "num_envs")}
+    config.update(steps_per_iteration=10, batch_size=64, buffer_size=2000, warmup_steps=2,
+                  hidden_sizes=[32, 32], critic_hidden_sizes=[32, 32],
+                  env_config=dict(config["env_config"], num_threads=1))
+    env_config = config.pop("env_config")
+    algo = SACNConfig().environment(spec["env"], num_envs=4, env_config=env_config).training(**config) \
+        .debugging(seed=0).build_algo()
+    try:
+        assert algo.dims.state_dim == 123
+        for _ in range(2):
+            r = algo.train()["learners"]["default_policy"]
+        assert r["num_critic_updates"] > 0 and math.isfinite(r["critic_loss"])
+        assert config["v_min"] <= r["q_mean"] <= config["v_max"]
+    finally:
+        algo.stop()

@@ -256,3 +256,21 @@ def test_rsl_rl_peer_vecenv_groups_time_outs_and_episodes():
         assert "reward_terms/tracking_lin_vel" in env.episode_metrics()
     finally:
         env.close()
+
+
+def test_go1_reward_terms_reach_the_logs_through_a_simulator_process():
+    """FastPPO's learn_while_stepping puts the pool in a simulator process (ParallelVecEnv): the
+    task's reward terms come back from it, the same keys as the in-process source's."""
+    from rllib_fast.envs.parallel import ParallelVecEnv
+
+    env = ParallelVecEnv.from_name(GO1, 2, 1, seed=0, env_kwargs={"max_episode_steps": 4, "num_threads": 1})
+    try:
+        env.reset()
+        assert env.episode_metrics() == {}                 # no episode ended yet
+        for a in _actions(5, 2):
+            env.step(a)
+        metrics = env.episode_metrics()
+        assert 0.0 <= metrics["reward_terms/tracking_lin_vel"] <= 1.0
+        assert env.episode_metrics() == {}                 # read once: the next call starts afresh
+    finally:
+        env.close()
