@@ -126,3 +126,24 @@ def test_every_suite_names_existing_adapters(bench):
         assert len({a.name for a in suite.arms}) == len(suite.arms)
         if suite.name != "fake" and suite.mode == "target":
             assert min(suite.seeds) >= 100 and len(suite.seeds) >= 5
+
+
+def test_rsl_rl_mjlab_arm_masks_the_actor_group_and_builds_rsl_rls_recurrent_actor(bench):
+    """The `mjlab-masked` suite's rsl_rl arm: the velocity terms are removed from
+    mjlab's actor group on the env cfg (the critic group keeps them, as for our arms'
+    `drop_actor_terms`), and rsl_rl's runner builds its RNNModel actor from `rnn`."""
+    pytest.importorskip("mjlab")
+    (arm,) = [a for a in bench.SUITES["mjlab-masked"].arms if a.name == "rsl_rl-lstm-128"]
+    params = dict(arm.params, num_envs=2)
+    env, runner = bench.adapters.build_rsl_rl_mjlab(seed=0, **params)
+    try:
+        obs = env.get_observations()
+        assert obs["actor"].shape == (2, 3) and obs["critic"].shape == (2, 5)   # cart pos, pole cos/sin (+ vels)
+        actor, critic = runner.alg.actor, runner.alg.critic
+        assert type(actor).__name__ == "RNNModel" and actor.is_recurrent
+        assert type(critic).__name__ == "MLPModel"
+        assert actor.rnn.rnn.hidden_size == 256 and actor.rnn.rnn.num_layers == 1
+        with pytest.raises(ValueError, match="rnn_on"):
+            bench.adapters.build_rsl_rl_mjlab(seed=0, **dict(params, rnn_on="policy"))
+    finally:
+        env.close()
