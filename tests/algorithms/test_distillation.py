@@ -24,7 +24,7 @@ RECURRENT_EXAMPLE = Path(__file__).resolve().parents[2] / "tune_configs" / "mask
 
 
 #: iterations the recurrent student gets to reach its teacher's return
-STUDENT_ITERATIONS = 120
+STUDENT_ITERATIONS = 100
 
 
 @pytest.fixture(scope="module")
