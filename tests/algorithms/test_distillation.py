@@ -137,6 +137,8 @@ def test_update_sums_the_step_losses_of_each_gradient_window():
     ({"teacher_checkpoint": "/", "loss_type": "l1"}, "`loss_type`"),
     ({"teacher_checkpoint": "/", "gradient_length": 0}, "`gradient_length`"),
     ({"teacher_checkpoint": "/", "teacher_obs": "critic"}, "`teacher_obs`"),
+    ({"teacher_checkpoint": "/", "rnn_type": "rnn"}, "`rnn_type`"),
+    ({"teacher_checkpoint": "/", "rnn_type": "lstm", "compile": True}, "`compile` = True does not combine"),
 ])
 def test_bad_distillation_config_fails_at_validate(bad, match):
     with pytest.raises(ValueError, match=match):
