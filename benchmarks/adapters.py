@@ -321,10 +321,17 @@ def _train_rsl_rl(session: Any, env: Any, runner: Any) -> None:
         env.close()
 
 
-def rsl_rl_mjlab(session: Any, task: str, num_envs: int, episode_length_s: Optional[float] = None,
-                 overrides: Optional[Mapping[str, Any]] = None, device: str = "cpu") -> None:
-    """mjlab's own rsl_rl runner with the task's registered settings, built as
-    mjlab's train script builds it (``overrides``: runner keys, ``algorithm.x`` too)."""
+def build_rsl_rl_mjlab(task: str, num_envs: int, seed: int, episode_length_s: Optional[float] = None,
+                       overrides: Optional[Mapping[str, Any]] = None, drop_actor_terms: Sequence[str] = (),
+                       rnn: Optional[Mapping[str, Any]] = None, rnn_on: str = "actor", device: str = "cpu"):
+    """mjlab's env and rsl_rl runner for ``task`` as mjlab's train script builds them
+    (the task's registered settings); returns ``(env, runner)``.
+
+    ``overrides``: runner keys (``algorithm.x`` too). ``drop_actor_terms``: observation
+    terms removed from mjlab's ``actor`` group on the env cfg (the critic group keeps
+    them), the masking ``env_config={"drop_actor_terms": [...]}`` gives our arms.
+    ``rnn``: rsl_rl ``RNNModel`` keys (``rnn_type``, ``rnn_hidden_dim``,
+    ``rnn_num_layers``) for the networks ``rnn_on`` names ('actor', 'critic', 'both')."""
     import dataclasses
 
     import torch
@@ -334,19 +341,46 @@ def rsl_rl_mjlab(session: Any, task: str, num_envs: int, episode_length_s: Optio
     from mjlab.rl.runner import MjlabOnPolicyRunner
     from mjlab.tasks.registry import load_env_cfg, load_rl_cfg, load_runner_cls
 
+    from rllib_fast.envs.mjlab import drop_terms
+
     rl_cfg = load_rl_cfg(task)
-    rl_cfg.seed = session.seed
+    rl_cfg.seed = seed
     for k, v in (overrides or {}).items():
         obj, _, attr = k.rpartition(".")
         setattr(getattr(rl_cfg, obj) if obj else rl_cfg, attr, v)
-    torch.manual_seed(session.seed)
+    if rnn:
+        if rnn_on not in ("actor", "critic", "both"):
+            raise ValueError(f"rsl_rl_mjlab: rnn_on = {rnn_on!r}; allowed: actor, critic, both")
+        for name in ("actor", "critic"):
+            if rnn_on in (name, "both"):
+                model = getattr(rl_cfg, name)
+                model.class_name = "RNNModel"
+                for k, v in rnn.items():
+                    if not hasattr(model, k):
+                        raise ValueError(f"rsl_rl_mjlab: rnn key {k!r}; allowed: rnn_type, rnn_hidden_dim, "
+                                         "rnn_num_layers")
+                    setattr(model, k, v)
+    torch.manual_seed(seed)
     env_cfg = load_env_cfg(task)
-    env_cfg.scene.num_envs, env_cfg.seed = num_envs, session.seed
+    drop_terms(env_cfg, task, list(drop_actor_terms))
+    env_cfg.scene.num_envs, env_cfg.seed = num_envs, seed
     if episode_length_s:
         env_cfg.episode_length_s = episode_length_s
     env = RslRlVecEnvWrapper(ManagerBasedRlEnv(env_cfg, device=device), clip_actions=rl_cfg.clip_actions)
     runner = (load_runner_cls(task) or MjlabOnPolicyRunner)(env, dataclasses.asdict(rl_cfg), None, device)
-    session.note(num_steps_per_env=rl_cfg.num_steps_per_env, torch_threads=torch.get_num_threads())
+    return env, runner
+
+
+def rsl_rl_mjlab(session: Any, task: str, num_envs: int, episode_length_s: Optional[float] = None,
+                 overrides: Optional[Mapping[str, Any]] = None, drop_actor_terms: Sequence[str] = (),
+                 rnn: Optional[Mapping[str, Any]] = None, rnn_on: str = "actor", device: str = "cpu") -> None:
+    """mjlab's own rsl_rl runner with the task's registered settings
+    (:func:`build_rsl_rl_mjlab`: masking and rsl_rl's recurrent models as options)."""
+    import torch
+
+    env, runner = build_rsl_rl_mjlab(task, num_envs, session.seed, episode_length_s, overrides, drop_actor_terms,
+                                     rnn, rnn_on, device)
+    session.note(num_steps_per_env=runner.cfg["num_steps_per_env"], torch_threads=torch.get_num_threads())
     _train_rsl_rl(session, env, runner)
 
 

@@ -145,6 +145,28 @@ def go1_arms() -> List[Arm]:
         Arm("pop_ppo-4", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pop-ppo.yaml"),
             what="PopPPO, 4 members x 16 envs on one 64-env pool; best member's own last-100 window")]
 
+MASKED_TERMS = ["cart_vel", "pole_vel"]   # the velocity terms removed from mjlab's actor group
+#: rsl_rl's RNNModel as rsl_rl's and mjlab's recurrent examples configure it: one LSTM layer of 256 units
+RSL_LSTM = dict(rnn_type="lstm", rnn_hidden_dim=256, rnn_num_layers=1)
+
+
+def masked_arms(task: str) -> List[Arm]:
+    """The velocity-masked task: recurrent FastPPO (the shipped recipe), the same with a
+    feed-forward policy (it should not reach the bar: the task needs memory), and
+    rsl_rl's runner with its recurrent actor on the same observations (the terms
+    removed from mjlab's actor group on the env cfg; the critic keeps them in both)."""
+    path = "tune_configs/mjlab-cartpole-balance-masked-fastppo-lstm.yaml"
+    return [
+        Arm("fastppo-lstm", "rllib_fast_file", dict(path=path), what=f"`{path}` as shipped (LSTM 64 on the actor)"),
+        Arm("fastppo-mlp", "rllib_fast_file", dict(path=path, overrides={"rnn_type": None}),
+            what="the same recipe with a feed-forward policy (rnn_type None)"),
+        *[Arm(f"rsl_rl-lstm-{n}", "rsl_rl_mjlab",
+              dict(task=task, num_envs=n, episode_length_s=MJLAB_EPISODE_S, drop_actor_terms=MASKED_TERMS,
+                   rnn=RSL_LSTM, rnn_on="actor"),
+              what=f"rsl_rl's own mjlab runner, mjlab's registered settings, RNNModel actor (LSTM 256, 1 layer), "
+                   f"velocities dropped from mjlab's actor group, N={n}")
+          for n in (128, 256)]]
+
 
 SUITES: Dict[str, Suite] = {s.name: s for s in [
     Suite("mjlab-balance", "mjlab Cartpole Balance (10 s episodes): shipped recipe vs rsl_rl",
@@ -152,6 +174,9 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
     Suite("mjlab-swingup", "mjlab Cartpole Swing-up (10 s episodes): shipped recipe vs rsl_rl",
           recipe_arms("swingup", "Mjlab-Cartpole-Swingup"), target=8.0, budget_s=400,
           probe=dict(MJ_PROBE, task="Mjlab-Cartpole-Swingup"), peer="rsl_rl"),
+    Suite("mjlab-masked", "mjlab Cartpole Balance, velocities hidden from the actor (10 s episodes): recurrent "
+                          "FastPPO vs rsl_rl's recurrent runner, and a feed-forward policy",
+          masked_arms("Mjlab-Cartpole-Balance"), target=9.0, budget_s=300, probe=MJ_PROBE, peer="rsl_rl"),
     Suite("pql-balance", "mjlab Cartpole Balance: PQL, DDPG(n), SAC(n), single-file TD3 vs rsl_rl",
           pql_arms("Mjlab-Cartpole-Balance"), target=9.0, budget_s=400, probe=MJ_PROBE, peer="rsl_rl"),
     Suite("pop-balance", "mjlab Cartpole Balance: PopPPO K=4 and Tune PBT over 4 FastPPO trials vs one rsl_rl run", [

@@ -177,3 +177,23 @@ def test_robot_suite_files_parse_and_validate(bench, suite_name):
         cls, config, _ = adapters["file_config"](p["path"], p.get("run"), p.get("drop", ()),
                                                  dict(p.get("overrides") or {}, seed=100))
         cls.get_default_config().update_from_dict(config).validate()
+
+def test_rsl_rl_mjlab_arm_masks_the_actor_group_and_builds_rsl_rls_recurrent_actor(bench):
+    """The `mjlab-masked` suite's rsl_rl arm: the velocity terms are removed from
+    mjlab's actor group on the env cfg (the critic group keeps them, as for our arms'
+    `drop_actor_terms`), and rsl_rl's runner builds its RNNModel actor from `rnn`."""
+    pytest.importorskip("mjlab")
+    (arm,) = [a for a in bench.SUITES["mjlab-masked"].arms if a.name == "rsl_rl-lstm-128"]
+    params = dict(arm.params, num_envs=2)
+    env, runner = bench.adapters.build_rsl_rl_mjlab(seed=0, **params)
+    try:
+        obs = env.get_observations()
+        assert obs["actor"].shape == (2, 3) and obs["critic"].shape == (2, 5)   # cart pos, pole cos/sin (+ vels)
+        actor, critic = runner.alg.actor, runner.alg.critic
+        assert type(actor).__name__ == "RNNModel" and actor.is_recurrent
+        assert type(critic).__name__ == "MLPModel"
+        assert actor.rnn.rnn.hidden_size == 256 and actor.rnn.rnn.num_layers == 1
+        with pytest.raises(ValueError, match="rnn_on"):
+            bench.adapters.build_rsl_rl_mjlab(seed=0, **dict(params, rnn_on="policy"))
+    finally:
+        env.close()

@@ -50,8 +50,9 @@ def recurrent_model_config(config: Any) -> Dict[str, Any]:
     rnn_type = getattr(config, "rnn_type", None)
     if rnn_type is None:
         return {}
+    # a config without `rnn_on` (a distillation student: no trained critic) puts the memory on the actor
     return {"rnn_type": rnn_type, "rnn_hidden_size": int(config.rnn_hidden_size),
-            "rnn_num_layers": int(config.rnn_num_layers), "rnn_on": config.rnn_on}
+            "rnn_num_layers": int(config.rnn_num_layers), "rnn_on": getattr(config, "rnn_on", "actor")}
 
 
 def actor_critic_class(config: Any) -> type:

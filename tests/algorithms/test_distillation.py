@@ -20,6 +20,11 @@ from rllib_fast.algorithms.ppo import FastPPOConfig
 #: the cart's velocity hidden from the student: [x, theta, theta_dot]; the teacher reads the full state
 MASKED = {"observed_terms": [0, 2, 3]}
 EXAMPLE = Path(__file__).resolve().parents[2] / "tune_configs" / "cartpole-distillation.yaml"
+RECURRENT_EXAMPLE = Path(__file__).resolve().parents[2] / "tune_configs" / "masked-cartpole-distillation-lstm.yaml"
+
+
+#: iterations the recurrent student gets to reach its teacher's return
+STUDENT_ITERATIONS = 100
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +137,8 @@ def test_update_sums_the_step_losses_of_each_gradient_window():
     ({"teacher_checkpoint": "/", "loss_type": "l1"}, "`loss_type`"),
     ({"teacher_checkpoint": "/", "gradient_length": 0}, "`gradient_length`"),
     ({"teacher_checkpoint": "/", "teacher_obs": "critic"}, "`teacher_obs`"),
+    ({"teacher_checkpoint": "/", "rnn_type": "rnn"}, "`rnn_type`"),
+    ({"teacher_checkpoint": "/", "rnn_type": "lstm", "compile": True}, "`compile` = True does not combine"),
 ])
 def test_bad_distillation_config_fails_at_validate(bad, match):
     with pytest.raises(ValueError, match=match):
@@ -179,3 +186,135 @@ def test_student_distilled_on_masked_cartpole_reaches_the_teachers_return(cartpo
     onnx = export_checkpoint(ckpt, format="torchscript")
     policy = torch.jit.load(onnx)
     assert policy(torch.zeros(2, 3)).shape == (2,)
+
+
+# -- a recurrent student (rnn_type) ----------------------------------------------------------------
+def test_recurrent_update_carries_the_memory_across_gradient_windows():
+    """With lr 0 the reported loss is the mean of the windows' per-step mean losses,
+    and each window reads the memory carried from the one before: equal to one
+    unroll of the whole rollout from the rollout's start state, episode starts
+    zeroing the memory (T = 5, windows [0, 1], [2, 3], [4])."""
+    from rllib_fast.algorithms.distillation.algorithm import RecurrentDistillationUpdate
+    from rllib_fast.algorithms.recurrent_module import Memories, RecurrentActorCriticModule, Sequences
+
+    torch.manual_seed(0)
+    module = RecurrentActorCriticModule(observation_space=spaces.Box(-5, 5, (2,)), action_space=spaces.Box(-1, 1, (1,)),
+                                        inference_only=False, model_config={"hidden_sizes": [8], "rnn_type": "gru",
+                                                                            "rnn_hidden_size": 4, "rnn_on": "actor"})
+    opt = torch.optim.SGD(module.parameters(), lr=0.0)
+    rule = RecurrentDistillationUpdate(module, opt, DistillationSettings(2, 2, "mse", None), LearnerCollectives())
+    g = torch.Generator().manual_seed(1)
+    T, N = 5, 3
+    obs, labels = torch.randn(T, N, 2, generator=g), torch.randn(T, N, 1, generator=g)
+    starts = torch.zeros(T, N, dtype=torch.bool)
+    starts[3, 1] = True                                  # env 1's episode ended at t = 2
+    start_state = torch.randn(1, 1, N, 4, generator=g)
+    batch = DistillationBatch(obs, labels, None, Sequences(starts.reshape(-1), Memories(start_state, None), T))
+    out = rule.learn(batch)
+    with torch.no_grad():
+        latent, _ = module.pi_memory.unroll(obs, start_state, starts)
+        mean, _ = module.dist_params(latent.reshape(T * N, -1))
+        step_means = ((mean.view(T, N, 1) - labels) ** 2).mean(dim=(1, 2))
+    windows = [step_means[:2].mean(), step_means[2:4].mean(), step_means[4:].mean()]
+    assert float(out["behavior_loss"]) == pytest.approx(float(sum(windows) / 3), rel=1e-5)
+
+
+def test_recurrent_teacher_is_refused_in_one_line(tmp_path):
+    algo = (FastPPOConfig().environment("CartPole", num_envs=4, env_config={"mask_velocity": True})
+            .training(rollout_length=8, rnn_type="gru", rnn_hidden_size=8).debugging(seed=0).build_algo())
+    path = algo.save_to_path(str(tmp_path / "c"))
+    algo.stop()
+    with pytest.raises(ValueError, match="holds a recurrent policy"):
+        load_teacher(path, "elu", 2, algo.env.single_action_space, "cpu")
+
+
+def test_recurrent_student_distilled_on_velocity_masked_cartpole_reaches_the_teachers_return(cartpole_teacher,
+                                                                                             tmp_path):
+    """The shipped example (tune_configs/masked-cartpole-distillation-lstm.yaml): an LSTM
+    student that sees only [x, theta] reaches its full-state teacher's greedy return
+    (the feed-forward student stays near 42 on this task, docs/rsl_rl-features.md);
+    it resumes exactly, memory included, and exports with its memory as explicit
+    inputs and outputs."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    from rllib_fast.cli import build_parser, plan_from_file
+    from rllib_fast.export import export_checkpoint
+
+    path, teacher_return = cartpole_teacher
+    plan = plan_from_file(str(RECURRENT_EXAMPLE), build_parser().parse_args(["train", "file", str(RECURRENT_EXAMPLE)]))
+    (spec,) = plan.experiments.values()
+    cfg = (DistillationConfig().update_from_dict({**spec["config"], "teacher_checkpoint": path})
+           .evaluation(evaluation_duration=20))
+    algo = cfg.build_algo()
+    assert algo.recurrent and algo.module.pi_memory is not None and algo.module.vf_memory is None
+    student_return = -math.inf
+    for i in range(STUDENT_ITERATIONS):
+        algo.train()
+        if i % 5 == 4:
+            student_return = algo.evaluate()["env_runners"]["episode_return_mean"]
+            if student_return >= 0.95 * teacher_return:
+                break
+    assert student_return >= 0.95 * teacher_return, (student_return, teacher_return)
+
+    ckpt = algo.save_to_path(str(tmp_path / "student"))
+    r1 = algo.train()
+    restored = Algorithm.from_checkpoint(ckpt)
+    r2 = restored.train()
+    assert torch.equal(algo.memories.actor, restored.memories.actor)
+    for a, b in zip(algo.module.parameters(), restored.module.parameters()):
+        assert torch.equal(a, b)
+    assert r1["learners"]["default_policy"]["behavior_loss"] == r2["learners"]["default_policy"]["behavior_loss"]
+    restored.stop()
+    algo.stop()
+    policy = torch.jit.load(export_checkpoint(ckpt, format="torchscript"))
+    h = torch.zeros(1, 2, 32)
+    actions, h_out, c_out = policy(torch.zeros(2, 2), h, h)
+    assert actions.shape == (2,) and h_out.shape == c_out.shape == (1, 2, 32)
+
+
+GO1 = "envpool:Go1JoystickFlatTerrain-v1"
+
+
+def test_distillation_on_go1_privileged_teacher_and_recurrent_student(tmp_path):
+    """Shape wiring on an asymmetric real task (envpool's MuJoCo Playground Go1: the
+    actor group `state` 48, the privileged `privileged_state` 123): an rsl_rl runner
+    checkpoint whose actor reads the 123 privileged values labels a recurrent
+    student's rollouts on the 48 actor values; and a FastPPO teacher trained for one
+    iteration on the actor values (teacher_obs 'obs') distils into an MLP student."""
+    pytest.importorskip("envpool")
+    from rsl_rl.models import MLPModel
+
+    env_config = {"num_threads": 1}
+    small = dict(num_envs=2, rollout_length=8, decorrelate_steps=0, gradient_length=4, hidden_sizes=[16])
+    obs = tensordict.TensorDict({"privileged": torch.zeros(2, 123)}, batch_size=[2])
+    actor = MLPModel(obs, {"actor": ["privileged"]}, "actor", 12, hidden_dims=(16,), activation="elu",
+                     obs_normalization=True,
+                     distribution_cfg={"class_name": "GaussianDistribution", "init_std": 1.0, "std_type": "scalar"})
+    rsl_path = tmp_path / "model_1.pt"
+    torch.save({"actor_state_dict": actor.state_dict(), "iter": 1}, rsl_path)
+    algo = (DistillationConfig().environment(GO1, env_config=env_config)
+            .training(teacher_checkpoint=str(rsl_path), teacher_obs="states", rnn_type="lstm", rnn_hidden_size=8,
+                      **small).debugging(seed=0).build_algo())
+    try:
+        assert algo.teacher_key == "states" and algo.state_dim == 123 and algo.teacher.in_dim == 123
+        for _ in range(2):
+            r = algo.train()
+        assert math.isfinite(r["learners"]["default_policy"]["behavior_loss"])
+        assert algo.memories.actor.shape == (2, 1, 2, 8)
+    finally:
+        algo.stop()
+
+    teacher = (FastPPOConfig().environment(GO1, env_config=env_config)
+               .training(num_envs=2, rollout_length=8, decorrelate_steps=0, hidden_sizes=[16], num_minibatches=2)
+               .debugging(seed=0).build_algo())
+    teacher.train()
+    ppo_path = teacher.save_to_path(str(tmp_path / "ppo"))
+    teacher.stop()
+    algo = (DistillationConfig().environment(GO1, env_config=env_config)
+            .training(teacher_checkpoint=ppo_path, teacher_obs="obs", **small).debugging(seed=0).build_algo())
+    try:
+        assert algo.teacher_key in ("obs", "raw_obs") and algo.teacher.in_dim == 48
+        r = algo.train()
+        assert math.isfinite(r["learners"]["default_policy"]["behavior_loss"])
+    finally:
+        algo.stop()

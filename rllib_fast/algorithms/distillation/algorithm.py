@@ -16,8 +16,11 @@ source's privileged ``states`` stored beside the observations). One iteration:
    the labels, ``gradient_length`` consecutive env steps per gradient step.
 
 The student is the actor of the loop's actor-critic module (its critic is not
-trained); the update reads it only through ``policy_input``/``dist_params``,
-the slot a recurrent student fills with the same two methods.
+trained). With ``rnn_type`` it is a recurrent actor (rsl_rl's ``RNNModel``
+student): it acts with FastPPO's recurrent acting (:class:`..ppo.recurrent.RecurrentActing`:
+the memory carried across steps and rollouts, zeroed at episode ends,
+checkpointed), and :class:`RecurrentDistillationUpdate` replays the rollout in
+time order from the memory it began with.
 ``get_module()`` is the student, so evaluation and export act with it."""
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ import torch
 from torch.nn import functional as F
 
 from ..onpolicy import OnPolicyAlgorithm, UpdateRule, masked_mean
+from ..ppo.recurrent import RecurrentActing
+from ..recurrent_module import Sequences
 from .config import DistillationConfig
 from .teacher import load_teacher
 
@@ -39,6 +44,9 @@ class DistillationBatch(NamedTuple):
     obs: torch.Tensor               # [T, N, D] the student's normalised observations
     labels: torch.Tensor            # [T, N, A] the teacher's action parameters (means or logits)
     weights: Optional[torch.Tensor]  # [T, N] 1 for valid transitions; None when all are valid
+    #: a recurrent student's sequence layout (``recurrent_module.Sequences``: episode starts
+    #: ``[T * N]``, the memories the rollout began from); None for a feed-forward student
+    sequences: Optional[Sequences] = None
 
 
 @dataclass(frozen=True)
@@ -72,16 +80,26 @@ class DistillationUpdate(UpdateRule):
     def training_intensity(self) -> float:
         return float(self.settings.num_epochs)
 
-    def student_output(self, obs_n: torch.Tensor) -> torch.Tensor:
-        """What is compared with the labels: action means, or probabilities."""
-        p, _ = self.module.dist_params(obs_n)
+    def student_output(self, features: torch.Tensor) -> torch.Tensor:
+        """What is compared with the labels: action means, or probabilities, from
+        the features the student's MLP reads ``[B, *]``."""
+        p, _ = self.module.dist_params(features)
         return p.softmax(-1) if self.module.discrete else p
+
+    def window_features(self, batch: DistillationBatch, idx: torch.Tensor) -> torch.Tensor:
+        """What the student's MLP reads at the env steps ``idx`` (time indices), flat
+        ``[L * N, *]``: the stored normalised observations."""
+        obs = batch.obs[idx]
+        return obs.reshape(obs.shape[0] * obs.shape[1], -1)
+
+    def begin_epoch(self, batch: DistillationBatch) -> None:
+        """Before each pass over the rollout (a recurrent student restarts its memory)."""
 
     def loss(self, batch: DistillationBatch, idx: Optional[torch.Tensor], denom: Optional[torch.Tensor]):
         """The summed per-step losses of the env steps ``idx`` (time indices)."""
-        obs, labels = batch.obs[idx], batch.labels[idx]
-        L, N = obs.shape[:2]
-        pred = self.student_output(obs.reshape(L * N, -1))
+        labels = batch.labels[idx]
+        L, N = labels.shape[:2]
+        pred = self.student_output(self.window_features(batch, idx))
         target = labels.reshape(L * N, -1)
         if self.module.discrete:
             target = target.softmax(-1)
@@ -95,6 +113,7 @@ class DistillationUpdate(UpdateRule):
         total = torch.zeros(1, device=self.device)
         steps = 0
         for _ in range(self.settings.num_epochs):
+            self.begin_epoch(batch)
             for start in range(0, T, g):
                 idx = torch.arange(start, min(start + g, T), device=self.device)
                 total += self.gradient_step(batch, idx, None)
@@ -103,10 +122,33 @@ class DistillationUpdate(UpdateRule):
         return {"behavior_loss": total[0] / steps, "curr_lr": self.optimizer.param_groups[0]["lr"]}
 
 
-class Distillation(OnPolicyAlgorithm):
+class RecurrentDistillationUpdate(DistillationUpdate):
+    """The update of a recurrent student (rsl_rl's ``Distillation.update`` with an
+    ``RNNModel`` student): each epoch walks the rollout in time order from the
+    memory state the rollout began with; a gradient window replays its
+    ``gradient_length`` steps through the memory (zeroed in front of every
+    episode start, so no gradient crosses an episode end), and its end state,
+    detached, starts the next window: truncated BPTT of ``gradient_length`` steps
+    over a sequence that spans the whole rollout. All envs of the rollout are in
+    every window (as rsl_rl's), so there is no minibatch over envs."""
+
+    def begin_epoch(self, batch: DistillationBatch) -> None:
+        #: the memory the next window starts from ``[K, L, N, H]`` (detached)
+        self.carry = batch.sequences.memories.actor
+
+    def window_features(self, batch: DistillationBatch, idx: torch.Tensor) -> torch.Tensor:
+        seq = batch.sequences
+        starts = seq.starts.view(seq.horizon, -1)[idx]
+        latent, end = self.module.pi_memory.unroll(batch.obs[idx], self.carry, starts)
+        self.carry = end.detach()
+        return latent.reshape(-1, latent.shape[-1])
+
+
+class Distillation(RecurrentActing, OnPolicyAlgorithm):
     """DAgger-style student-teacher distillation (module docstring)."""
 
     UPDATE = DistillationUpdate
+    RECURRENT_UPDATE = RecurrentDistillationUpdate
     SUPPORTS_DATA_PARALLEL = False
 
     def build(self) -> None:
@@ -134,7 +176,9 @@ class Distillation(OnPolicyAlgorithm):
         return DistillationBatch(st["obs"], labels, valid)
 
     def _batch(self, targets: DistillationBatch) -> DistillationBatch:
-        return targets
+        if not self.recurrent:
+            return targets
+        return targets._replace(sequences=Sequences(self._starts().reshape(-1), self.rollout_start, self.horizon))
 
     def stateful_components(self) -> Dict[str, Any]:
         return {**super().stateful_components(), "teacher": self.teacher}

@@ -1,9 +1,23 @@
 """Distillation hyperparameters (rsl_rl's ``Distillation`` names where it has them)."""
 from __future__ import annotations
 
+from ...core.memory import RNN_TYPES
 from ...core.nets import ACTIVATIONS
 from ...core.params import Param, with_defaults
 from ..onpolicy import OnPolicyConfig
+from ..recurrent_module import RECURRENT_HYPERPARAMETERS
+
+#: the student's memory keys: FastPPO's, without ``rnn_on`` (the student is an actor alone)
+STUDENT_RECURRENT = {
+    "rnn_type": Param(
+        None, "recurrent student: an 'lstm' or 'gru' memory in front of the student's MLP (rsl_rl's RNNModel "
+        "student), its state carried across steps and rollouts, zeroed at episode ends; the update replays the "
+        "rollout in time order from the state it began with, the state carried across gradient windows and "
+        "detached between them (truncated BPTT of gradient_length steps, rsl_rl's; docs/recurrent.md); "
+        "None: feed-forward", (str,), choices=RNN_TYPES, optional=True),
+    "rnn_hidden_size": RECURRENT_HYPERPARAMETERS["rnn_hidden_size"],
+    "rnn_num_layers": RECURRENT_HYPERPARAMETERS["rnn_num_layers"],
+}
 
 
 class DistillationConfig(OnPolicyConfig):
@@ -34,7 +48,13 @@ class DistillationConfig(OnPolicyConfig):
                                  "the loss of that many consecutive steps is summed, then one step",
                                  (int,), low=1),
         "num_epochs": Param(1, "passes over each rollout", (int,), low=1),
+        **STUDENT_RECURRENT,
     }
+
+    def validate_algorithm(self) -> None:
+        if self.rnn_type is not None and self.compile not in (False, None):
+            self._value_error(f"{type(self).__name__}: `compile` = {self.compile!r} does not combine with "
+                              f"`rnn_type` = {self.rnn_type!r}; allowed: False")
 
     def __init__(self, algo_class=None):
         from .algorithm import Distillation

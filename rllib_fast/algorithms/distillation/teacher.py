@@ -112,6 +112,9 @@ def load_teacher(path: Any, activation: str, in_dim: int, action_space: Any, dev
         if not hasattr(module, "dist_params"):
             raise ValueError(f"teacher_checkpoint: {p} holds a {type(module).__name__}; allowed: an actor-critic "
                              "policy (FastPPO, FastA2C, ...) or an rsl_rl checkpoint file")
+        if getattr(module, "actor_recurrent", False):   # its labels would need a memory per env
+            raise ValueError(f"teacher_checkpoint: {p} holds a recurrent policy (rnn_type); allowed: a "
+                             "feed-forward actor-critic policy (the teacher labels a rollout in one batched pass)")
         width = int(torch.Size(module.observation_space.shape).numel())
         kind = "rllib_fast"
         policy = module

@@ -86,8 +86,9 @@ class SequenceMinibatches:
 
 
 class RecurrentActing:
-    """FastPPO's acting, targets and state with a recurrent actor-critic (mixed in
-    before ``OnPolicyAlgorithm``; every method defers to it for a feed-forward module)."""
+    """Acting, targets and state with a recurrent actor-critic (mixed in before
+    ``OnPolicyAlgorithm`` by FastPPO and by Distillation for its recurrent student;
+    every method defers to it for a feed-forward module)."""
 
     SUPPORTS_RECURRENT = True
     #: the update rule with sequence minibatches (set by the algorithm class)
