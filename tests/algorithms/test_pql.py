@@ -223,7 +223,7 @@ def test_pause_waits_for_a_learner_that_parked_late():
     import types
 
     from rllib_fast.algorithms.pql.thread_backend import ThreadBackend
-    from rllib_fast.core.ratio import RatioController
+    from rllib_fast.algorithms.pql.ratio import RatioController
 
     active = {"n": 0}
 
@@ -246,12 +246,11 @@ def test_pause_waits_for_a_learner_that_parked_late():
             active["n"] -= 1
 
     policy = torch.nn.Linear(1, 1)
-    algo = types.SimpleNamespace(
-        v=Learner(), p=Learner(), actor=types.SimpleNamespace(policy=policy),
-        controller=RatioController(("actor", "critic", "policy"), [("actor", "critic", 1 / 8), ("policy", "critic", .5)]),
-        config=types.SimpleNamespace(weight_sync_every=10 ** 9))
-    algo.p.policy = policy
-    backend = ThreadBackend(algo, learners=(algo.v, algo.p))
+    v, p = Learner(), Learner()
+    p.policy = policy
+    controller = RatioController(("actor", "critic", "policy"), [("actor", "critic", 1 / 8), ("policy", "critic", .5)])
+    backend = ThreadBackend(types.SimpleNamespace(weight_sync_every=10 ** 9), None, types.SimpleNamespace(policy=policy),
+                            controller, None, num_envs=1, capacity=0, device=torch.device("cpu"), learners=(v, p))
     try:
         time.sleep(0.3)                                   # both learners parked
         plain_set = threading.Event.set

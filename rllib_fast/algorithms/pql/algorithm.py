@@ -7,7 +7,7 @@ policy update per ``beta_pv`` critic updates (the paper's ``update_times``),
 sharing networks, replay and statistics; they are deterministic and resume
 bit-exactly. PQL runs the learners concurrently (``backend``: threads or Ray
 actors), keeps each role's own copies and holds the speed ratios with a
-:class:`~rllib_fast.core.ratio.RatioController`; the interleaving depends on
+:class:`~rllib_fast.algorithms.pql.ratio.RatioController`; the interleaving depends on
 the OS scheduler, so a resumed run continues from the saved state but not
 bit-identically (``RESUME_EXACT = False``).
 """
@@ -22,7 +22,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from ...core.algorithm import FastAlgorithm
-from ...core.ratio import RatioController
+from .ratio import RatioController
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
 from .backend import backend_class
@@ -223,7 +223,9 @@ class PQL(PQLFamily):
             [("actor", "critic", 1.0 / cfg.beta_av), ("policy", "critic", 1.0 / cfg.beta_pv)],
             slack=cfg.resolved_slack(), depth=cfg.resolved_depth(), window_s=cfg.ratio_window_s,
             max_wait_s=cfg.max_wait_s)
-        self.backend = backend_class(cfg.resolved_backend())(self)
+        self.backend = backend_class(cfg.resolved_backend())(
+            cfg, self.dims, self.actor, self.controller, self.live,
+            num_envs=self.env.num_envs, capacity=self.capacity, device=self.device)
         # in-process learners (thread back-end) are reachable for inspection; remote ones are not
         self.v, self.p = self.backend.local_learners()
         self.replay_bytes = self.backend.replay_bytes

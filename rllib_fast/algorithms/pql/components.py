@@ -37,9 +37,9 @@ from torch.nn import functional as F
 
 from ...core.compile import compiled
 from ...core.normalize import RunningMeanStd
-from ...core.nstep import NStepAggregator
+from .nstep import NStepAggregator
 from ...core.state import load_optimizer_state
-from ...core.transition_replay import TransitionReplay
+from .transition_replay import TransitionReplay
 from .nets import DoubleQ, build_policy
 from .targets import (clipped_double_q_target, decayed_sigma, distributional_double_q_target, mixed_sigma,
                       redrawn_sigma, smoothed_target_action)

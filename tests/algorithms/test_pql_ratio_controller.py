@@ -2,7 +2,7 @@
 wait for each other (no max_wait_s overrides)."""
 import pytest
 
-from rllib_fast.core.ratio import RatioController
+from rllib_fast.algorithms.pql.ratio import RatioController
 
 
 @pytest.mark.parametrize("beta_av,beta_pv", [(8.0, 2.0), (1.0, 5.0), (0.1, 2.0)])
