@@ -311,7 +311,7 @@ def test_popppo_learns_cartpole_best_member():
 @pytest.mark.slow
 def test_popppo_learns_pendulum_best_member():
     """PopPPO K=8 x 16 envs with PBT every 8 iterations: the best member reaches -200 on
-    Pendulum (about 255k env steps of all members, seed 0)."""
+    Pendulum (seed 0)."""
     cfg = PopPPOConfig().environment("Pendulum").training(
         population_size=8, num_envs_per_member=16, pbt_interval=8).debugging(seed=0)
     assert _best_until(cfg, -200, 60) >= -200

@@ -236,7 +236,7 @@ def test_pause_waits_for_a_learner_that_parked_late():
         def add(self, batch):
             pass
 
-        def set_stats(self, stats):
+        def set_moments(self, moments):
             pass
 
         def update(self):

@@ -134,9 +134,9 @@ class SequentialPQLFamily(PQLFamily):
         cfg, dev, N = self.config, self.device, self.env.num_envs
         policy = self.actor.policy
         self.v = CriticLearner(cfg, self.dims, dev, self.live, N, self.capacity, policy=policy,
-                               stats_fn=self.actor.stats)
+                               moments_fn=self.actor.moments)
         self.p = PolicyLearner(cfg, self.dims, dev, self.live, N, self.capacity, policy=policy,
-                               critic=self.v.critic, replay=self.v.replay, stats_fn=self.actor.stats,
+                               critic=self.v.critic, replay=self.v.replay, moments_fn=self.actor.moments,
                                shared_critic=True)
         self.replay_bytes = self.v.replay.nbytes
         self.update_credit = 0.0
@@ -256,7 +256,7 @@ class PQL(PQLFamily):
     # -- one iteration -----------------------------------------------------------------
     def training_step(self) -> None:
         cfg, ctl, be = self.config, self.controller, self.backend
-        c0, w0, t0 = ctl.stats()["counts"], be.waited_s(), time.perf_counter()
+        c0, w0, t0 = ctl.counters()["counts"], be.waited_s(), time.perf_counter()
         be.resume()
         try:
             for _ in range(cfg.steps_per_iteration):
@@ -265,7 +265,7 @@ class PQL(PQLFamily):
                 be.sync_actor()
                 batch = self._env_step()
                 if batch is not None:
-                    be.push(batch, self._stats_copy())
+                    be.push(batch, self._moments_copy())
                 ctl.tick("actor")
                 if not ctl.armed and self.actor.emitted >= self.arm_at and be.learners_ready():
                     ctl.arm()
@@ -274,7 +274,7 @@ class PQL(PQLFamily):
         finally:
             be.pause()
         elapsed = max(1e-9, time.perf_counter() - t0)
-        c1 = ctl.stats()["counts"]
+        c1 = ctl.counters()["counts"]
         d = {k: c1[k] - c0[k] for k in c0}
         self._log(int(d["actor"]), d["critic"], d["policy"], be.take_metrics("critic"), be.take_metrics("policy"))
         w1 = be.waited_s()
@@ -289,7 +289,7 @@ class PQL(PQLFamily):
             self.log_learner("beta_av_window", rates["critic"] / rates["actor"])
             self.log_learner("beta_pv_window", rates["critic"] / rates["policy"])
 
-    def _stats_copy(self):
-        s = self.actor.stats()
+    def _moments_copy(self):
+        s = self.actor.moments()
         return None if s is None else tuple(t.clone() for t in s)
 

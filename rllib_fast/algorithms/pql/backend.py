@@ -30,7 +30,7 @@ class PQLBackend(abc.ABC):
     * ``dims``: the :class:`~rllib_fast.algorithms.pql.components.Dims` of
       observations, actions and states;
     * ``actor``: the Actor role (its policy receives the P-learner's weights;
-      its ``stats()`` give the observation statistics' shapes);
+      its ``moments()`` give the observation moments' shapes);
     * ``controller``: the :class:`~rllib_fast.algorithms.pql.ratio.RatioController`
       that holds the speed ratios (the back-end gates and counts through it);
     * ``live``: the live hyperparameters the learners read;
@@ -80,8 +80,8 @@ class PQLBackend(abc.ABC):
         """Adopt the P-learner's newest policy into the Actor, if there is one."""
 
     @abc.abstractmethod
-    def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
-        """Hand one step's finished n-step transitions (and the observation statistics) to both learners."""
+    def push(self, batch: Dict[str, torch.Tensor], moments) -> None:
+        """Hand one step's finished n-step transitions (and the normalisers' moments) to both learners."""
 
     @abc.abstractmethod
     def wait_caught_up(self) -> None:
@@ -94,11 +94,11 @@ class PQLBackend(abc.ABC):
 
     def waited_s(self) -> Dict[str, float]:
         """Cumulative seconds each role (that this back-end can see) spent waiting at its gate."""
-        return self.controller.stats()["waited_s"]
+        return self.controller.counters()["waited_s"]
 
     def overrides(self) -> Dict[str, int]:
         """Cumulative waits each role cut short at max_wait_s."""
-        return self.controller.stats()["overrides"]
+        return self.controller.counters()["overrides"]
 
     # -- state -------------------------------------------------------------------------
     @abc.abstractmethod

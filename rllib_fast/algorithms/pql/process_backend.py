@@ -122,13 +122,13 @@ class SharedWeights:
 class SharedState:
     """Everything the three processes share, allocated by the trial process."""
 
-    def __init__(self, fields: Dict[str, Any], rows: int, stats_shapes: List[torch.Size], policy, critic,
+    def __init__(self, fields: Dict[str, Any], rows: int, moment_shapes: List[torch.Size], policy, critic,
                  live):
         row_bytes = sum(math.prod(shape) * torch.empty((), dtype=dt).element_size() for shape, dt in fields.values())
         self.slots = int(max(8, min(RING_SLOTS, RING_BYTES // max(1, row_bytes * rows))))
         self.ring = {k: torch.zeros((self.slots, rows, *shape), dtype=dt).share_memory_()
                      for k, (shape, dt) in fields.items()}
-        self.stats = [torch.zeros((self.slots, *s)).share_memory_() for s in stats_shapes]
+        self.moments = [torch.zeros((self.slots, *s)).share_memory_() for s in moment_shapes]
         self.head = torch.zeros(1, dtype=torch.int64).share_memory_()        # slots written
         self.read = torch.zeros(2, dtype=torch.int64).share_memory_()        # slots ingested, per learner
         self.counts = torch.zeros(2, dtype=torch.float64).share_memory_()    # updates done, per learner
@@ -217,8 +217,8 @@ class _LearnerLoop:
             slot = self.read % sh.slots
             self.learner.add({k: sh.ring[k][slot] for k in self.fields})
             self.read += 1
-        if sh.stats:
-            self.learner.set_stats(tuple(s[slot].clone() for s in sh.stats))
+        if sh.moments:
+            self.learner.set_moments(tuple(s[slot].clone() for s in sh.moments))
         sh.read[self.i] = self.read
 
     def adopt(self) -> None:
@@ -348,9 +348,9 @@ class ProcessBackend(PQLBackend):
         v_fields, p_fields = cfg.replay_fields(dims.obs_dim, dims.act_dim, dims.state_dim)
         cap = (capacity // N) * N
         self.replay_bytes = replay_bytes(cap, v_fields) + replay_bytes(cap, p_fields)
-        stats = actor.stats()
+        moments = actor.moments()
         critic = make_critic(cfg, dims)    # the V-learner's first critic (and the P-learner's copy)
-        self.shared = SharedState(v_fields, N, [s.shape for s in stats] if stats is not None else [],
+        self.shared = SharedState(v_fields, N, [s.shape for s in moments] if moments is not None else [],
                                   actor.policy, critic, live)
         self.fields = list(v_fields)
         # this process's read-only copies of the learners' networks, refreshed from shared memory
@@ -488,7 +488,7 @@ class ProcessBackend(PQLBackend):
     def sync_actor(self) -> None:
         self.seen_policy = self.shared.policy.read_into(self.actor.policy, self.seen_policy)
 
-    def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
+    def push(self, batch: Dict[str, torch.Tensor], moments) -> None:
         sh = self.shared
         t0 = time.monotonic()
         while self.head - int(sh.read.min()) >= sh.slots:   # a learner has not read the oldest slot yet
@@ -500,8 +500,8 @@ class ProcessBackend(PQLBackend):
         slot = self.head % sh.slots
         with torch.no_grad():
             torch._foreach_copy_([sh.ring[k][slot] for k in self.fields], [batch[k] for k in self.fields])
-            if stats is not None:
-                torch._foreach_copy_([s[slot] for s in sh.stats], list(stats))
+            if moments is not None:
+                torch._foreach_copy_([s[slot] for s in sh.moments], list(moments))
         self.head += 1
         sh.head[0] = self.head                           # after the data: a reader never sees a half slot
         self._relay()

@@ -180,10 +180,10 @@ class PQLLearnerHost(LearnerActor):
         if wire["batch"] is not None:
             keys = wire["keys"]
             got = self.link.recv(wire["batch"], 0)
-            stats = tuple(got[len(keys):]) if wire["stats"] else None
+            moments = tuple(got[len(keys):]) if wire["moments"] else None
             chunks = [t.split(self.rows_per_add) for t in got[:len(keys)]]
             batches = [({k: c[i] for k, c in zip(keys, chunks)}, None) for i in range(len(chunks[0]))]
-            batches[-1] = (batches[-1][0], stats)
+            batches[-1] = (batches[-1][0], moments)
         if wire["weights"] is not None:
             weights = self.link.recv(wire["weights"], 0)
         return batches, weights
@@ -214,13 +214,13 @@ class PQLLearnerHost(LearnerActor):
 
     # -- loop ------------------------------------------------------------------
     def _ingest(self) -> None:
-        stats = None
+        moments = None
         while self.inbox:
-            batch, batch_stats = self.inbox.popleft()
+            batch, batch_moments = self.inbox.popleft()
             self.learner.add({k: v.to(self.device, non_blocking=True) for k, v in batch.items()})
-            stats = batch_stats if batch_stats is not None else stats
-        if stats is not None:
-            self.learner.set_stats(stats)
+            moments = batch_moments if batch_moments is not None else moments
+        if moments is not None:
+            self.learner.set_moments(moments)
 
     def _adopt(self) -> None:
         with self.lock:
@@ -334,11 +334,11 @@ class RayBackend(PQLBackend):
         ray.get(joined)
 
     # -- driver side -------------------------------------------------------------
-    def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
+    def push(self, batch: Dict[str, torch.Tensor], moments) -> None:
         if self.link is None:   # object store: one host copy, serialised with the next call
-            stats, batch = _cpu(stats), _cpu(batch)
-        self.pending["critic"].append((batch, stats))
-        self.pending["policy"].append(({k: batch[k] for k in ("obs", "states", "valid") if k in batch}, stats))
+            moments, batch = _cpu(moments), _cpu(batch)
+        self.pending["critic"].append((batch, moments))
+        self.pending["policy"].append(({k: batch[k] for k in ("obs", "states", "valid") if k in batch}, moments))
 
     def _start_exchange(self, role: str):
         """Deliver what is pending for ``role`` in one ``exchange`` call (returns its ref)."""
@@ -348,14 +348,14 @@ class RayBackend(PQLBackend):
         if self.link is None:
             return self.hosts[role].exchange.remote(batches, limit, weights)
         dst = self.RANKS[role]
-        wire: Dict[str, Any] = {"keys": None, "batch": None, "stats": False, "weights": None}
+        wire: Dict[str, Any] = {"keys": None, "batch": None, "moments": False, "weights": None}
         if batches:
             keys = list(batches[0][0])
             tensors = [torch.cat([b[k] for b, _ in batches]) for k in keys]
-            stats = batches[-1][1]
-            if stats is not None:
-                tensors += list(stats)
-            wire.update(keys=keys, batch=self.link.send(tensors, dst), stats=stats is not None)
+            moments = batches[-1][1]
+            if moments is not None:
+                tensors += list(moments)
+            wire.update(keys=keys, batch=self.link.send(tensors, dst), moments=moments is not None)
         if weights is not None:
             wire["weights"] = self.link.send(weights, dst)
         return self.hosts[role].exchange.remote([], limit, None, wire)

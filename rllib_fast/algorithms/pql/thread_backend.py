@@ -102,9 +102,9 @@ class ThreadBackend(PQLBackend):
         self.policy_box.put(snapshot(self.p.policy))
         self.critic_box.put(snapshot(self.v.critic))
 
-    def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
-        self.inbox["critic"].append((batch, stats))
-        self.inbox["policy"].append(({k: batch[k] for k in ("obs", "states", "valid") if k in batch}, stats))
+    def push(self, batch: Dict[str, torch.Tensor], moments) -> None:
+        self.inbox["critic"].append((batch, moments))
+        self.inbox["policy"].append(({k: batch[k] for k in ("obs", "states", "valid") if k in batch}, moments))
 
     def sync_actor(self) -> None:
         """Adopt the P-learner's newest policy snapshot, if any."""
@@ -169,12 +169,12 @@ class ThreadBackend(PQLBackend):
     def _ingest(self, role: str) -> None:
         learner = self.v if role == "critic" else self.p
         box = self.inbox[role]
-        stats = None
+        moments = None
         while box:
-            batch, stats = box.popleft()
+            batch, moments = box.popleft()
             learner.add({k: v.to(learner.device, non_blocking=True) for k, v in batch.items()})
-        if stats is not None:
-            learner.set_stats(stats)
+        if moments is not None:
+            learner.set_moments(moments)
 
     def _sync(self, role: str) -> None:
         if role == "critic":   # V adopts π_p as π_v
