@@ -230,7 +230,8 @@ def test_small_populations_replace_one_member_and_auto_pbt_needs_two():
     assert PopDQNConfig().training(population_size=4).resolved_pbt_interval() == PopDQNConfig.AUTO_PBT_INTERVAL
     assert PopDQNConfig().training(population_size=1).resolved_pbt_interval() is None
     assert PopDQNConfig().training(pbt_fraction=0.0).resolved_pbt_interval() is None
-    assert PopTD3Config().training(pbt_interval="auto").resolved_pbt_interval() is None   # PopTD3 has no interval of its own
+    # PopTD3 has no interval of its own
+    assert PopTD3Config().training(pbt_interval="auto").resolved_pbt_interval() is None
     single = tiny(PopDQNConfig, population_size=1).build_algo()            # 'auto' with one member: off
     assert single.pbt.interval is None
     single.stop()

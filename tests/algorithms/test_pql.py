@@ -248,9 +248,11 @@ def test_pause_waits_for_a_learner_that_parked_late():
     policy = torch.nn.Linear(1, 1)
     v, p = Learner(), Learner()
     p.policy = policy
-    controller = RatioController(("actor", "critic", "policy"), [("actor", "critic", 1 / 8), ("policy", "critic", .5)])
-    backend = ThreadBackend(types.SimpleNamespace(weight_sync_every=10 ** 9), None, types.SimpleNamespace(policy=policy),
-                            controller, None, num_envs=1, capacity=0, device=torch.device("cpu"), learners=(v, p))
+    controller = RatioController(("actor", "critic", "policy"),
+                                 [("actor", "critic", 1 / 8), ("policy", "critic", .5)])
+    config, actor = types.SimpleNamespace(weight_sync_every=10 ** 9), types.SimpleNamespace(policy=policy)
+    backend = ThreadBackend(config, None, actor, controller, None, num_envs=1, capacity=0,
+                            device=torch.device("cpu"), learners=(v, p))
     try:
         time.sleep(0.3)                                   # both learners parked
         plain_set = threading.Event.set
