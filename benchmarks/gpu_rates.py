@@ -172,7 +172,7 @@ def population_update(k: int, hidden: str, batch: int, reps: int, budget_steps: 
     out: Dict[str, Any] = {}
     t0 = time.perf_counter()
     for a in agents:
-        a.learn(2)
+        a.run_updates(2)
     out["first_update_s"] = time.perf_counter() - t0
     out["compile_time_s"] = agents[0]._fused.compile_time_s
     # min over blocks: robust to load spikes from other processes on a shared machine
@@ -196,7 +196,7 @@ def population_update(k: int, hidden: str, batch: int, reps: int, budget_steps: 
     for _ in range(max(1, steps // 100)):
         for a in agents:
             a._rollout(100)
-            a.learn(100)
+            a.run_updates(100)
     _sync(args.device)
     out["budget_s"] = time.perf_counter() - t0
     out["budget_cpu_s"] = time.process_time() - c0

@@ -4,7 +4,7 @@
 other, a Population Based Training sweep of FastPPO on the built-in CartPole
 and on Pendulum (two trials each, lr and clip mutated), records every trial in
 a local SQLite MLflow store, and prints the best trial, its checkpoint, the
-``mlflow ui`` command and the learning-curve PNG. A few minutes on 2 cores.
+``mlflow ui`` command and the learning-curve PNG.
 
 One sweep per task: PBT compares returns across trials, and returns of
 different tasks are not comparable (an exploit would copy a Pendulum policy

@@ -100,7 +100,7 @@ def _same(a, b):
     return a == b
 
 
-# concurrent back-ends start Ray actors (tens of seconds on 2 busy cores): marked slow, kept in CI
+# concurrent back-ends start Ray actors or learner processes: marked slow, kept in CI
 PARAMS = [n if _exact(n) else pytest.param(n, marks=pytest.mark.slow) for n in CASES]
 
 

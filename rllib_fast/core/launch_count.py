@@ -1,7 +1,6 @@
 """What a GPU would pay for, counted on a CPU: kernel launches and host syncs.
 
-No GPU is lent to this project, so GPU readiness is measured by counting, on
-CPU, the two costs that dominate a small-network RL loop on a GPU: one launch
+GPU readiness is checked without a GPU by counting, on CPU, the two costs that dominate a small-network RL loop on a GPU: one launch
 per device kernel (a few microseconds of host time each) and every
 device-to-host synchronisation (the host waits until the GPU's queue drains,
 which ends the asynchronous overlap of host and device).

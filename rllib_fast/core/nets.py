@@ -36,8 +36,8 @@ def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str = "tan
     """An MLP, initialised by ``init``: 'orthogonal' (the PPO-standard init:
     sqrt(2) hidden gain, ``out_gain`` on the head, so a policy head with a
     small gain starts near-uniform; zero biases) or 'torch' (PyTorch's own
-    ``nn.Linear`` init on every layer, ``out_gain`` unused: rsl_rl's, which
-    learns mjlab's ELU Cartpole in about half the env steps, docs/sources.md)."""
+    ``nn.Linear`` init on every layer, ``out_gain`` unused: rsl_rl's, offered
+    because its ELU networks learn with it; comparison in docs/sources.md)."""
     if init not in INITS:
         raise ValueError(f"mlp: init = {init!r}; allowed: {', '.join(INITS)}")
     orthogonal = init == "orthogonal"

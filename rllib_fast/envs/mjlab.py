@@ -13,7 +13,7 @@ with mjlab's observation group names and exact terminal observations:
   puts their first observation into ``Step.obs``. Costs one extra
   ``sim.forward()`` over all envs (plus the reset observation) on steps where
   some env ended (on Cartpole with randomised episode clocks, most steps at
-  N=1024; the cost is small next to the step itself, docs/sources.md).
+  N=1024; its cost relative to the step: docs/sources.md).
   ``exact_final_obs=False`` keeps mjlab's auto-reset instead (no extra
   forward): ``final_obs`` of an ended env is then the observation the action was
   taken from (a truncation bootstraps from ``V(s_t)``, as rsl_rl's and Isaac Lab's

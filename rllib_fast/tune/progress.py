@@ -2,8 +2,8 @@
 
 Why not Tune's progress tables: they are printed on a clock (every
 ``max_report_frequency`` seconds, 16 lines each with a "Result logdir" line of
-Ray's session directory), so the same run printed 60 lines on an idle machine
-and 180 on a loaded one. This callback prints on events of the run instead --
+Ray's session directory), so how many lines a run prints depends on how busy
+the machine is. This callback prints on events of the run instead --
 a trial passing each quarter of its env-step budget, a PBT exploit changing its
 hyperparameters, its end or its error -- so the number of lines depends on the
 number of trials and perturbations only (one line each, under 120 characters).

@@ -44,7 +44,7 @@ def test_continuous_actions_and_checkpoint_round_trip(tmp_path):
 
 @pytest.mark.slow
 def test_learns_cartpole_to_475():
-    # seeds 0-3 all reach 475 within 270k env steps with these settings (measured)
+    # the 'sqrt' lr rule's settings learn CartPole; the budget leaves room over seed 0's run
     algo = FastA2CConfig().environment("CartPole", num_envs=32).training(lr_rule="sqrt").debugging(seed=0).build_algo()
     best, steps = -math.inf, 0
     while steps < 600_000 and best < 475:

@@ -185,11 +185,11 @@ def test_pql_family_hot_path_has_no_graph_breaks(aot_eager, cls, kw):
     actor, v, p = algo.actor, algo.v, algo.p
     obs = algo.obs.reshape(algo.obs.shape[0], -1)
     sigma = None if getattr(actor.policy, "stochastic", False) else actor.sigma()
-    assert graph_breaks(actor._policy_act, obs, actor.stats(), sigma, True) == 0
-    assert graph_breaks(v.loss, v.replay.sample(v.batch_size), v.stats_fn()) == 0
+    assert graph_breaks(actor._policy_act, obs, actor.moments(), sigma, True) == 0
+    assert graph_breaks(v.loss, v.replay.sample(v.batch_size), v.moments_fn()) == 0
     for q in p.critic.parameters():   # as PolicyLearner.update calls it: critic frozen
         q.requires_grad_(False)
-    assert graph_breaks(p.loss, p.replay.sample(p.batch_size, keys=("obs", "valid")), p.stats_fn()) == 0
+    assert graph_breaks(p.loss, p.replay.sample(p.batch_size, keys=("obs", "valid")), p.moments_fn()) == 0
     algo.stop()
 
 

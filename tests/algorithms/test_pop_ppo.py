@@ -218,7 +218,12 @@ def test_checkpoint_resumes_bitwise(tmp_path):
     for k in algo.hp.names:
         assert torch.equal(algo.hp[k], restored.hp[k])
     assert r1["population"]["pbt_rounds"] == r2["population"]["pbt_rounds"]
-    assert ret(r1) == ret(r2) or (math.isnan(ret(r1)) and math.isnan(ret(r2)))
+    # the resumed iteration's update is the original's: the same losses, KL and lr, bit for bit
+    # (its return is NaN in both: no 200-step Pendulum episode ends within these 32 steps)
+    l1, l2 = r1["learners"]["default_policy"], r2["learners"]["default_policy"]
+    for key in ("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "curr_lr"):
+        assert l1[key] == l2[key], key
+    assert math.isnan(ret(r1)) and math.isnan(ret(r2))
     restored.stop()
     algo.stop()
 
@@ -311,7 +316,7 @@ def test_popppo_learns_cartpole_best_member():
 @pytest.mark.slow
 def test_popppo_learns_pendulum_best_member():
     """PopPPO K=8 x 16 envs with PBT every 8 iterations: the best member reaches -200 on
-    Pendulum (about 255k env steps of all members, seed 0)."""
+    Pendulum (seed 0)."""
     cfg = PopPPOConfig().environment("Pendulum").training(
         population_size=8, num_envs_per_member=16, pbt_interval=8).debugging(seed=0)
     assert _best_until(cfg, -200, 60) >= -200

@@ -218,7 +218,7 @@ def test_pbt_waits_until_every_member_has_a_fitness():
 def test_small_populations_replace_one_member_and_auto_pbt_needs_two():
     """floor(0.3 * K) is 0 below K = 4: a round still replaces one member (the
     worst, from the best) once K >= 2. ``pbt_interval='auto'`` (PopDQN's default)
-    is the measured interval with someone to replace, off for a single member."""
+    is the algorithm's own interval with someone to replace, off for a single member."""
     algo = tiny(population_size=2, pbt_interval=10, learning_starts=0).build_algo()
     algo.train()
     algo.returns.ring[:, 0] = torch.tensor([-5.0, -1.0], dtype=torch.float64)
@@ -230,7 +230,8 @@ def test_small_populations_replace_one_member_and_auto_pbt_needs_two():
     assert PopDQNConfig().training(population_size=4).resolved_pbt_interval() == PopDQNConfig.AUTO_PBT_INTERVAL
     assert PopDQNConfig().training(population_size=1).resolved_pbt_interval() is None
     assert PopDQNConfig().training(pbt_fraction=0.0).resolved_pbt_interval() is None
-    assert PopTD3Config().training(pbt_interval="auto").resolved_pbt_interval() is None   # nothing measured
+    # PopTD3 has no interval of its own
+    assert PopTD3Config().training(pbt_interval="auto").resolved_pbt_interval() is None
     single = tiny(PopDQNConfig, population_size=1).build_algo()            # 'auto' with one member: off
     assert single.pbt.interval is None
     single.stop()

@@ -223,7 +223,7 @@ def test_pause_waits_for_a_learner_that_parked_late():
     import types
 
     from rllib_fast.algorithms.pql.thread_backend import ThreadBackend
-    from rllib_fast.core.ratio import RatioController
+    from rllib_fast.algorithms.pql.ratio import RatioController
 
     active = {"n": 0}
 
@@ -236,7 +236,7 @@ def test_pause_waits_for_a_learner_that_parked_late():
         def add(self, batch):
             pass
 
-        def set_stats(self, stats):
+        def set_moments(self, moments):
             pass
 
         def update(self):
@@ -246,12 +246,13 @@ def test_pause_waits_for_a_learner_that_parked_late():
             active["n"] -= 1
 
     policy = torch.nn.Linear(1, 1)
-    algo = types.SimpleNamespace(
-        v=Learner(), p=Learner(), actor=types.SimpleNamespace(policy=policy),
-        controller=RatioController(("actor", "critic", "policy"), [("actor", "critic", 1 / 8), ("policy", "critic", .5)]),
-        config=types.SimpleNamespace(weight_sync_every=10 ** 9))
-    algo.p.policy = policy
-    backend = ThreadBackend(algo, learners=(algo.v, algo.p))
+    v, p = Learner(), Learner()
+    p.policy = policy
+    controller = RatioController(("actor", "critic", "policy"),
+                                 [("actor", "critic", 1 / 8), ("policy", "critic", .5)])
+    config, actor = types.SimpleNamespace(weight_sync_every=10 ** 9), types.SimpleNamespace(policy=policy)
+    backend = ThreadBackend(config, None, actor, controller, None, num_envs=1, capacity=0,
+                            device=torch.device("cpu"), learners=(v, p))
     try:
         time.sleep(0.3)                                   # both learners parked
         plain_set = threading.Event.set

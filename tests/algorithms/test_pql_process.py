@@ -154,7 +154,7 @@ def _one_step(algo):
     batch = algo._env_step()
     while batch is None:
         batch = algo._env_step()
-    return batch, algo._stats_copy()
+    return batch, algo._moments_copy()
 
 
 def test_spawned_learners_train_and_deliver_weights():

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from rllib_fast.algorithms.pql import PQLConfig
-from rllib_fast.core.ratio import LimitGate, RatioController
+from rllib_fast.algorithms.pql.ratio import LimitGate, RatioController
 from rllib_fast.envs.classic import PendulumEnv
 
 

@@ -15,7 +15,7 @@ from rllib_fast.algorithms.pql.nets import DoubleQ, build_policy, pql_mlp
 from rllib_fast.algorithms.pql.targets import (clipped_double_q_target, distributional_double_q_target,
                                                redrawn_sigma)
 from rllib_fast.core.nets import mlp
-from rllib_fast.core.nstep import NStepAggregator
+from rllib_fast.algorithms.pql.nstep import NStepAggregator
 from rllib_fast.core.qnets import categorical_projection
 from rllib_fast.envs.base import Step
 from rllib_fast.presets import preset

@@ -8,8 +8,8 @@ import torch
 from rllib_fast.algorithms.pql import DDPGNConfig, PQLConfig
 from rllib_fast.algorithms.pql.targets import (clipped_double_q_target, decayed_sigma,
                                                distributional_double_q_target, mixed_sigma, smoothed_target_action)
-from rllib_fast.core.nstep import NStepAggregator
-from rllib_fast.core.transition_replay import TransitionReplay, replay_bytes
+from rllib_fast.algorithms.pql.nstep import NStepAggregator
+from rllib_fast.algorithms.pql.transition_replay import TransitionReplay, replay_bytes
 
 
 def _push_all(agg, rewards, term, trunc, valid=None):

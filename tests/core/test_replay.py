@@ -129,7 +129,7 @@ def test_cut_episodes_ends_windows_at_the_last_stored_step_as_a_truncation():
 
 
 def test_nstep_aggregator_cut_episodes():
-    from rllib_fast.core.nstep import NStepAggregator
+    from rllib_fast.algorithms.pql.nstep import NStepAggregator
 
     g, agg = 0.5, NStepAggregator(1, 3, 0.5, (1,), (1,), torch.device("cpu"))
     f = torch.zeros(1, dtype=torch.bool)

@@ -52,7 +52,7 @@ def test_pql_learns_on_isaacgym_standin():
     cfg = (CONFIGS["PQL"]().environment("isaacgym:PointReach", num_envs=32, env_config=VECTASK)
            .training(**{**kw, "steps_per_iteration": 25}).debugging(seed=0))
     algo = cfg.build_algo()
-    # (~12 iterations, ~10k env steps; the time budget only bounds a failing run)
+    # (the time budget only bounds a failing run)
     best = _train_until(algo, PQL_THRESHOLD, max_iters=40, budget_s=150)
     algo.stop()
     assert best >= PQL_THRESHOLD

@@ -307,8 +307,8 @@ def test_fastppo_learns_cartpole_balance():
 def test_balance_fast_recipe_learns_in_the_simulators_shadow():
     """The shipped balance recipe as `rllib train file` builds it: FastPPO learning each
     update while a forked simulator process steps the next rollout (``learn_while_stepping``)
-    reaches a mean return of 9.0 of 10 (10 s episodes) from seed 0: 92k env steps here, the
-    same on every run (the overlap's schedule is fixed), ~12 s."""
+    reaches a mean return of 9.0 of 10 (10 s episodes) from seed 0, the same on every run
+    (the overlap's schedule is fixed)."""
     import yaml
 
     from rllib_fast.algorithms.ppo import FastPPOConfig

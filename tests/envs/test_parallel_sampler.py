@@ -111,7 +111,7 @@ class CountEnv(TensorVecEnv):
 
 MAKE = functools.partial(CountEnv, max_steps=6)
 # the correctness tests fork their workers from one forkserver (torch/rllib_fast
-# imported once: a spawned worker pays ~3 s of imports); the failure and shutdown
+# imported once instead of once per spawned worker); the failure and shutdown
 # tests use the default, spawn
 CTX = "forkserver"
 FIELDS = ("obs", "reward", "terminated", "truncated", "final_obs", "valid")

@@ -5,7 +5,7 @@ parameter and buffer has the member axis first): the policy and value MLPs
 (``core.stacked.StackedMLP``), the Gaussian log-std, and each member's
 observation, state and value normalisers (``core.normalize.RunningMeanStd``
 with a member axis).
-That is what makes a PBT exploit one ``copy_members(ac, src, dst)``: a
+That is what makes a PBT exploit one ``copy_members(module, src, dst)``: a
 member's weights and its normalisers move together, as Tune's checkpoint
 exploit moves a FastPPO trial's module.
 

@@ -48,7 +48,7 @@ class PopulationConfig(FastConfig):
 
     # member hyperparameter -> paper prior (Tune mutation format); subclasses fill it
     MEMBER_HPARAMS: Dict[str, Any] = {}
-    # what pbt_interval='auto' means for this algorithm (None: nothing measured, off)
+    # what pbt_interval='auto' means for this algorithm (None: it has no interval of its own, off)
     AUTO_PBT_INTERVAL = None
 
     HYPERPARAMETERS = {
@@ -81,7 +81,7 @@ class PopulationConfig(FastConfig):
                                       check=(_mutation_spec_ok, "a dict key -> list | tune Domain | callable | "
                                              "{loguniform|uniform|randint|choice: [...]}")),
         "pbt_interval": Param(None, "update steps per member between in-trial PBT rounds (paper: 100000; "
-                              "None: off; 'auto': the algorithm's measured interval when the population has "
+                              "None: off; 'auto': the algorithm's own interval when the population has "
                               "2+ members, else off)", (int, str), optional=True,
                               check=(_pbt_interval_ok, "None, 'auto' or a positive int")),
         "pbt_fraction": Param(0.3, "bottom fraction replaced by copies of the top fraction (at least one "
@@ -112,8 +112,8 @@ class PopulationConfig(FastConfig):
 
     def resolved_pbt_interval(self):
         """In-trial PBT's interval in update steps per member, or None (off).
-        ``'auto'`` is ``AUTO_PBT_INTERVAL`` (measured per algorithm; None where
-        nothing was measured) when there is someone to replace, else off."""
+        ``'auto'`` is ``AUTO_PBT_INTERVAL`` (chosen per algorithm; None where an
+        algorithm has none) when there is someone to replace, else off."""
         if self.pbt_interval != "auto":
             return self.pbt_interval
         return self.AUTO_PBT_INTERVAL if self.pbt_replaced() else None

@@ -7,7 +7,7 @@ policy update per ``beta_pv`` critic updates (the paper's ``update_times``),
 sharing networks, replay and statistics; they are deterministic and resume
 bit-exactly. PQL runs the learners concurrently (``backend``: threads or Ray
 actors), keeps each role's own copies and holds the speed ratios with a
-:class:`~rllib_fast.core.ratio.RatioController`; the interleaving depends on
+:class:`~rllib_fast.algorithms.pql.ratio.RatioController`; the interleaving depends on
 the OS scheduler, so a resumed run continues from the saved state but not
 bit-identically (``RESUME_EXACT = False``).
 """
@@ -22,7 +22,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from ...core.algorithm import FastAlgorithm
-from ...core.ratio import RatioController
+from .ratio import RatioController
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
 from .backend import backend_class
@@ -134,9 +134,9 @@ class SequentialPQLFamily(PQLFamily):
         cfg, dev, N = self.config, self.device, self.env.num_envs
         policy = self.actor.policy
         self.v = CriticLearner(cfg, self.dims, dev, self.live, N, self.capacity, policy=policy,
-                               stats_fn=self.actor.stats)
+                               moments_fn=self.actor.moments)
         self.p = PolicyLearner(cfg, self.dims, dev, self.live, N, self.capacity, policy=policy,
-                               critic=self.v.critic, replay=self.v.replay, stats_fn=self.actor.stats,
+                               critic=self.v.critic, replay=self.v.replay, moments_fn=self.actor.moments,
                                shared_critic=True)
         self.replay_bytes = self.v.replay.nbytes
         self.update_credit = 0.0
@@ -223,7 +223,9 @@ class PQL(PQLFamily):
             [("actor", "critic", 1.0 / cfg.beta_av), ("policy", "critic", 1.0 / cfg.beta_pv)],
             slack=cfg.resolved_slack(), depth=cfg.resolved_depth(), window_s=cfg.ratio_window_s,
             max_wait_s=cfg.max_wait_s)
-        self.backend = backend_class(cfg.resolved_backend())(self)
+        self.backend = backend_class(cfg.resolved_backend())(
+            cfg, self.dims, self.actor, self.controller, self.live,
+            num_envs=self.env.num_envs, capacity=self.capacity, device=self.device)
         # in-process learners (thread back-end) are reachable for inspection; remote ones are not
         self.v, self.p = self.backend.local_learners()
         self.replay_bytes = self.backend.replay_bytes
@@ -254,7 +256,7 @@ class PQL(PQLFamily):
     # -- one iteration -----------------------------------------------------------------
     def training_step(self) -> None:
         cfg, ctl, be = self.config, self.controller, self.backend
-        c0, w0, t0 = ctl.stats()["counts"], be.waited_s(), time.perf_counter()
+        c0, w0, t0 = ctl.counters()["counts"], be.waited_s(), time.perf_counter()
         be.resume()
         try:
             for _ in range(cfg.steps_per_iteration):
@@ -263,7 +265,7 @@ class PQL(PQLFamily):
                 be.sync_actor()
                 batch = self._env_step()
                 if batch is not None:
-                    be.push(batch, self._stats_copy())
+                    be.push(batch, self._moments_copy())
                 ctl.tick("actor")
                 if not ctl.armed and self.actor.emitted >= self.arm_at and be.learners_ready():
                     ctl.arm()
@@ -272,7 +274,7 @@ class PQL(PQLFamily):
         finally:
             be.pause()
         elapsed = max(1e-9, time.perf_counter() - t0)
-        c1 = ctl.stats()["counts"]
+        c1 = ctl.counters()["counts"]
         d = {k: c1[k] - c0[k] for k in c0}
         self._log(int(d["actor"]), d["critic"], d["policy"], be.take_metrics("critic"), be.take_metrics("policy"))
         w1 = be.waited_s()
@@ -287,7 +289,7 @@ class PQL(PQLFamily):
             self.log_learner("beta_av_window", rates["critic"] / rates["actor"])
             self.log_learner("beta_pv_window", rates["critic"] / rates["policy"])
 
-    def _stats_copy(self):
-        s = self.actor.stats()
+    def _moments_copy(self):
+        s = self.actor.moments()
         return None if s is None else tuple(t.clone() for t in s)
 

@@ -22,13 +22,30 @@ ROLES = ("critic", "policy")
 
 
 class PQLBackend(abc.ABC):
-    """What PQL needs from a back-end. ``algo`` is the PQL algorithm: its
-    ``config``, ``dims``, ``live``, ``actor``, ``controller``, ``capacity``
-    and ``env`` are set before the back-end is built."""
+    """What PQL needs from a back-end, built from explicit parts (it holds no
+    reference to the algorithm):
 
-    algo: Any = None
+    * ``config``: the PQL config (learner devices, replay layout, weight sync
+      period, checkpoint_replay, ...);
+    * ``dims``: the :class:`~rllib_fast.algorithms.pql.components.Dims` of
+      observations, actions and states;
+    * ``actor``: the Actor role (its policy receives the P-learner's weights;
+      its ``moments()`` give the observation moments' shapes);
+    * ``controller``: the :class:`~rllib_fast.algorithms.pql.ratio.RatioController`
+      that holds the speed ratios (the back-end gates and counts through it);
+    * ``live``: the live hyperparameters the learners read;
+    * ``num_envs``: rows per vectorised step (one replay add);
+    * ``capacity``: replay capacity in transitions;
+    * ``device``: the Actor's device.
+    """
+
     #: bytes of the two learners' replays (logged as ``replay_bytes``)
     replay_bytes: int = 0
+
+    def __init__(self, config, dims, actor, controller, live, *, num_envs: int, capacity: int,
+                 device: torch.device):
+        self.config, self.dims, self.actor, self.controller, self.live = config, dims, actor, controller, live
+        self.num_envs, self.capacity, self.device = num_envs, capacity, device
 
     @staticmethod
     def resource_bundles(cfg) -> List[Dict[str, float]]:
@@ -63,8 +80,8 @@ class PQLBackend(abc.ABC):
         """Adopt the P-learner's newest policy into the Actor, if there is one."""
 
     @abc.abstractmethod
-    def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
-        """Hand one step's finished n-step transitions (and the observation statistics) to both learners."""
+    def push(self, batch: Dict[str, torch.Tensor], moments) -> None:
+        """Hand one step's finished n-step transitions (and the normalisers' moments) to both learners."""
 
     @abc.abstractmethod
     def wait_caught_up(self) -> None:
@@ -77,11 +94,11 @@ class PQLBackend(abc.ABC):
 
     def waited_s(self) -> Dict[str, float]:
         """Cumulative seconds each role (that this back-end can see) spent waiting at its gate."""
-        return self.algo.controller.stats()["waited_s"]
+        return self.controller.counters()["waited_s"]
 
     def overrides(self) -> Dict[str, int]:
         """Cumulative waits each role cut short at max_wait_s."""
-        return self.algo.controller.stats()["overrides"]
+        return self.controller.counters()["overrides"]
 
     # -- state -------------------------------------------------------------------------
     @abc.abstractmethod

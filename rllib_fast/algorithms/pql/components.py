@@ -16,7 +16,7 @@ Asymmetric actor-critic (``Dims.state_dim`` set, see
 privileged states ``x`` while the policy reads the observation ``o``, so the
 V-learner's target is ``Q'(x', π(o'))`` and the P-learner maximises
 ``Q(x, π(o))``. The Actor aggregates states with the same n-step windows as
-observations and keeps their running statistics too; the statistics shipped
+observations and keeps their running statistics too; the moments shipped
 to learners are then ``(obs mean, obs var, states mean, states var)``.
 
 The sequential baselines (DDPGN/SACN) pass the *same* policy, critic, replay
@@ -37,14 +37,14 @@ from torch.nn import functional as F
 
 from ...core.compile import compiled
 from ...core.normalize import RunningMeanStd
-from ...core.nstep import NStepAggregator
+from .nstep import NStepAggregator
 from ...core.state import load_optimizer_state
-from ...core.transition_replay import TransitionReplay
+from .transition_replay import TransitionReplay
 from .nets import DoubleQ, build_policy
 from .targets import (clipped_double_q_target, decayed_sigma, distributional_double_q_target, mixed_sigma,
                       redrawn_sigma, smoothed_target_action)
 
-Stats = Tuple[torch.Tensor, torch.Tensor]
+Moments = Tuple[torch.Tensor, torch.Tensor]
 
 #: offset of the 'mixed_random' sigma generator's seed from the run's seed (any constant that
 #: keeps it off the seeds the run's other generators use)
@@ -85,25 +85,25 @@ class Dims:
         return self.obs_dim if self.state_dim is None else self.state_dim
 
 
-def normalize_obs(obs: torch.Tensor, stats: Optional[Stats], clip: float) -> torch.Tensor:
+def normalize_obs(obs: torch.Tensor, moments: Optional[Moments], clip: float) -> torch.Tensor:
     """Normalise with the given (mean, var), clamped to ±clip; identity when
-    normalisation is off (``stats`` None)."""
-    if stats is None:
+    normalisation is off (``moments`` None)."""
+    if moments is None:
         return obs
-    mean, var = stats
+    mean, var = moments
     return ((obs - mean.to(obs.dtype)) / torch.sqrt(var.to(obs.dtype) + 1e-8)).clamp(-clip, clip)
 
 
-def obs_stats(stats: Optional[Tuple[torch.Tensor, ...]]) -> Optional[Stats]:
-    """The observation part of shipped statistics (the policy's input)."""
-    return None if stats is None else (stats[0], stats[1])
+def obs_moments(moments: Optional[Tuple[torch.Tensor, ...]]) -> Optional[Moments]:
+    """The observation part of shipped moments (the policy's input)."""
+    return None if moments is None else (moments[0], moments[1])
 
 
-def critic_stats(stats: Optional[Tuple[torch.Tensor, ...]]) -> Optional[Stats]:
-    """The statistics of the critic's input: the states' when shipped, else the observations'."""
-    if stats is None:
+def critic_moments(moments: Optional[Tuple[torch.Tensor, ...]]) -> Optional[Moments]:
+    """The moments of the critic's input: the states' when shipped, else the observations'."""
+    if moments is None:
         return None
-    return (stats[2], stats[3]) if len(stats) == 4 else (stats[0], stats[1])
+    return (moments[2], moments[3]) if len(moments) == 4 else (moments[0], moments[1])
 
 
 def make_policy(cfg, dims: Dims):
@@ -163,8 +163,9 @@ class ActorRole:
         self._act_fn = compiled(self._policy_act, cfg.compile, device)
         self.emitted = 0        # transitions emitted to the learners (host int)
 
-    def stats(self) -> Optional[Tuple[torch.Tensor, ...]]:
-        """(obs mean, obs var[, states mean, states var]) or None when ``obs_norm`` is off."""
+    def moments(self) -> Optional[Tuple[torch.Tensor, ...]]:
+        """The running normalisers' moments the learners normalise with:
+        (obs mean, obs var[, states mean, states var]), or None when ``obs_norm`` is off."""
         if not self.cfg.obs_norm:
             return None
         if self.state_rms is None:
@@ -187,14 +188,14 @@ class ActorRole:
             return torch.rand((obs.shape[0], self.dims.act_dim), device=self.device) * 2.0 - 1.0
         noise = explore and not getattr(self.policy, "stochastic", False)
         sigma = self.sigma()[:obs.shape[0]] if noise else None
-        return self._act_fn(obs, obs_stats(self.stats()), sigma, explore)
+        return self._act_fn(obs, obs_moments(self.moments()), sigma, explore)
 
-    def _policy_act(self, obs: torch.Tensor, stats: Optional[Stats], sigma: Optional[torch.Tensor],
+    def _policy_act(self, obs: torch.Tensor, moments: Optional[Moments], sigma: Optional[torch.Tensor],
                     explore: bool) -> torch.Tensor:
         """The act step's tensor work (what ``compile`` compiles); the
         exploration sigma comes in as a tensor, so a decaying schedule does
         not recompile."""
-        obs_n = normalize_obs(obs.float(), stats, self.cfg.obs_clip)
+        obs_n = normalize_obs(obs.float(), moments, self.cfg.obs_clip)
         if getattr(self.policy, "stochastic", False):
             return self.policy.act(obs_n, deterministic=not explore)
         a = self.policy(obs_n)
@@ -265,7 +266,7 @@ class ActorRole:
 class CriticLearner:
     def __init__(self, cfg, dims: Dims, device: torch.device, live: LiveParams, rows_per_add: int,
                  capacity: int, policy=None, critic=None, replay: Optional[TransitionReplay] = None,
-                 stats_fn: Optional[Callable[[], Optional[Stats]]] = None):
+                 moments_fn: Optional[Callable[[], Optional[Moments]]] = None):
         self.cfg, self.dims, self.device, self.live = cfg, dims, device, live
         self.critic = critic if critic is not None else make_critic(cfg, dims).to(device)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
@@ -279,16 +280,16 @@ class CriticLearner:
             replay = TransitionReplay(capacity, rows_per_add, v_fields, device)
         self.replay = replay
         self.optimizer = _adamw(self.critic.parameters(), live.lr, cfg.weight_decay)
-        self._stats: Optional[Stats] = None
-        self.stats_fn = stats_fn or (lambda: self._stats)
+        self._moments: Optional[Moments] = None
+        self.moments_fn = moments_fn or (lambda: self._moments)
         self.batch_size = cfg.resolved_batch_size()
         self.learning_starts = cfg.resolved_learning_starts()
         self.updates = 0
         self.loss_sum = torch.zeros(2, device=device)    # (sum of losses, sum of Q) since last read
         self._loss_fn = compiled(self.loss, cfg.compile, device)
 
-    def set_stats(self, stats: Optional[Tuple[torch.Tensor, ...]]) -> None:
-        self._stats = None if stats is None else tuple(t.to(self.device) for t in stats)
+    def set_moments(self, moments: Optional[Tuple[torch.Tensor, ...]]) -> None:
+        self._moments = None if moments is None else tuple(t.to(self.device) for t in moments)
 
     def ready(self) -> bool:
         return len(self.replay) >= self.learning_starts
@@ -298,7 +299,7 @@ class CriticLearner:
 
     def update(self) -> None:
         live = self.live
-        loss, q_mean = self._loss_fn(self.replay.sample(self.batch_size), self.stats_fn())
+        loss, q_mean = self._loss_fn(self.replay.sample(self.batch_size), self.moments_fn())
         for g in self.optimizer.param_groups:
             g["lr"] = live.lr
         self.optimizer.zero_grad(set_to_none=True)
@@ -311,17 +312,17 @@ class CriticLearner:
             self.loss_sum += torch.stack([loss.detach(), q_mean])
         self.updates += 1
 
-    def loss(self, b: Dict[str, torch.Tensor], stats) -> Tuple[torch.Tensor, torch.Tensor]:
+    def loss(self, b: Dict[str, torch.Tensor], moments) -> Tuple[torch.Tensor, torch.Tensor]:
         """The critic update's forward (what ``compile`` compiles, its
         backward with it): the masked double-Q loss and the mean Q."""
         cfg = self.cfg
         clip = cfg.obs_clip
         # the target policy reads next observations; the critics read states when asymmetric
-        nxt = normalize_obs(b["next_obs"], obs_stats(stats), clip)
+        nxt = normalize_obs(b["next_obs"], obs_moments(moments), clip)
         if self.dims.state_dim is None:
-            obs, c_nxt = normalize_obs(b["obs"], stats, clip), nxt
+            obs, c_nxt = normalize_obs(b["obs"], moments, clip), nxt
         else:
-            cs = critic_stats(stats)
+            cs = critic_moments(moments)
             obs, c_nxt = normalize_obs(b["states"], cs, clip), normalize_obs(b["next_states"], cs, clip)
         w = b["valid"].float()
         with torch.no_grad():
@@ -355,7 +356,7 @@ class CriticLearner:
     def state_dict(self, with_replay: bool = False) -> Dict[str, object]:
         s = {"critic": self.critic.state_dict(), "target": self.target.state_dict(),
              "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-             "updates": self.updates, "stats": self._stats}
+             "updates": self.updates, "moments": self._moments}
         if with_replay:
             s["replay"] = self.replay.state_dict()
         return s
@@ -366,8 +367,9 @@ class CriticLearner:
         self.policy.load_state_dict(s["policy"])
         load_optimizer_state(self.optimizer, s["optimizer"])
         self.updates = int(s["updates"])
-        if s.get("stats") is not None:
-            self.set_stats(s["stats"])
+        moments = s.get("moments", s.get("stats"))   # "stats": the key of older checkpoints
+        if moments is not None:
+            self.set_moments(moments)
         if "replay" in s:
             self.replay.load_state_dict(s["replay"])
 
@@ -378,7 +380,7 @@ class CriticLearner:
 class PolicyLearner:
     def __init__(self, cfg, dims: Dims, device: torch.device, live: LiveParams, rows_per_add: int,
                  capacity: int, policy=None, critic=None, replay: Optional[TransitionReplay] = None,
-                 stats_fn: Optional[Callable[[], Optional[Stats]]] = None, shared_critic: bool = False):
+                 moments_fn: Optional[Callable[[], Optional[Moments]]] = None, shared_critic: bool = False):
         self.cfg, self.dims, self.device, self.live = cfg, dims, device, live
         self.policy = policy if policy is not None else make_policy(cfg, dims).to(device)
         self.critic = critic if critic is not None else make_critic(cfg, dims).to(device)
@@ -400,15 +402,15 @@ class PolicyLearner:
             self.alpha_optimizer = torch.optim.Adam([self.policy.log_alpha], lr=cfg.sac_alpha_lr)
             self.target_entropy = (-float(dims.act_dim) if cfg.sac_target_entropy == "auto"
                                    else float(cfg.sac_target_entropy))
-        self._stats: Optional[Stats] = None
-        self.stats_fn = stats_fn or (lambda: self._stats)
+        self._moments: Optional[Moments] = None
+        self.moments_fn = moments_fn or (lambda: self._moments)
         self.batch_size = cfg.resolved_batch_size()
         self.learning_starts = cfg.resolved_learning_starts()
         self.updates = 0
         self.loss_sum = torch.zeros(2, device=device)
         self._loss_fn = compiled(self.loss, cfg.compile, device)
 
-    set_stats = CriticLearner.set_stats
+    set_moments = CriticLearner.set_moments
     ready = CriticLearner.ready
     take_metrics = CriticLearner.take_metrics
 
@@ -425,7 +427,7 @@ class PolicyLearner:
         for p in frozen:
             p.requires_grad_(False)
         try:
-            loss, a, logp = self._loss_fn(b, self.stats_fn())
+            loss, a, logp = self._loss_fn(b, self.moments_fn())
         finally:
             for p in frozen:
                 p.requires_grad_(True)
@@ -446,13 +448,13 @@ class PolicyLearner:
             self.loss_sum += torch.stack([loss.detach(), ent])
         self.updates += 1
 
-    def loss(self, b: Dict[str, torch.Tensor], stats):
+    def loss(self, b: Dict[str, torch.Tensor], moments):
         """The policy update's forward (what ``compile`` compiles, its
         backward with it): the masked policy loss, the actions and (SAC) their
         log-probabilities. Critic parameters are frozen around the call."""
         cfg, asym = self.cfg, self.dims.state_dim is not None
-        obs = normalize_obs(b["obs"], obs_stats(stats), cfg.obs_clip)
-        c_obs = normalize_obs(b["states"], critic_stats(stats), cfg.obs_clip) if asym else obs
+        obs = normalize_obs(b["obs"], obs_moments(moments), cfg.obs_clip)
+        c_obs = normalize_obs(b["states"], critic_moments(moments), cfg.obs_clip) if asym else obs
         w = b["valid"].float()
         wsum = w.sum().clamp_min(1.0)
         if self.sac:
@@ -466,7 +468,7 @@ class PolicyLearner:
 
     def state_dict(self, with_replay: bool = False) -> Dict[str, object]:
         s = {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
-             "optimizer": self.optimizer.state_dict(), "updates": self.updates, "stats": self._stats}
+             "optimizer": self.optimizer.state_dict(), "updates": self.updates, "moments": self._moments}
         if self.sac:
             s["alpha_optimizer"] = self.alpha_optimizer.state_dict()
         if with_replay:
@@ -480,7 +482,8 @@ class PolicyLearner:
         if self.sac and "alpha_optimizer" in s:
             load_optimizer_state(self.alpha_optimizer, s["alpha_optimizer"])
         self.updates = int(s["updates"])
-        if s.get("stats") is not None:
-            self.set_stats(s["stats"])
+        moments = s.get("moments", s.get("stats"))   # "stats": the key of older checkpoints
+        if moments is not None:
+            self.set_moments(moments)
         if "replay" in s:
             self.replay.load_state_dict(s["replay"])

@@ -20,7 +20,7 @@ from ...core.nets import ACTIVATIONS, auto_hidden_sizes
 from ...core.compile import COMPILE
 from ...core.params import AUTO_OR_INT_LIST, Param, learning_starts_error, real_pair, with_defaults
 from ...core.start_method import START_METHODS
-from ...core.transition_replay import replay_bytes
+from .transition_replay import replay_bytes
 from ...envs.probe import probe_spaces
 from ..asymmetric import ASYMMETRIC_CRITIC
 

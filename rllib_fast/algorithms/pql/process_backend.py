@@ -20,7 +20,7 @@ exchange. Here nothing per step is a call:
   reader copies the tensors out, then checks the counter did not move; a torn
   read is dropped and retried at the next step.
 * **Speed ratios**: the trial process keeps the one
-  :class:`~rllib_fast.core.ratio.RatioController`. Each learner writes its
+  :class:`~rllib_fast.algorithms.pql.ratio.RatioController`. Each learner writes its
   update count into a shared vector; the Actor's thread mirrors the counts into
   the controller and writes back the count each learner may reach (its limit)
   at every env step and while it waits. A learner waits (polling) only when its
@@ -56,12 +56,13 @@ from typing import Any, Dict, List, Optional
 
 import torch
 import torch.multiprocessing as mp
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from ...core.seeding import PQL_LEARNER, derive_seed
 from ...core.start_method import resolve_start_method
 from ...core.state import StateAdapter
 from ...core.threads import reserve_cores
-from ...core.transition_replay import replay_bytes
+from .transition_replay import replay_bytes
 from .backend import ROLES, PQLBackend
 from .components import CriticLearner, Dims, PolicyLearner, make_critic
 from .nets import load_snapshot, snapshot, tensors
@@ -121,13 +122,13 @@ class SharedWeights:
 class SharedState:
     """Everything the three processes share, allocated by the trial process."""
 
-    def __init__(self, fields: Dict[str, Any], rows: int, stats_shapes: List[torch.Size], policy, critic,
+    def __init__(self, fields: Dict[str, Any], rows: int, moment_shapes: List[torch.Size], policy, critic,
                  live):
         row_bytes = sum(math.prod(shape) * torch.empty((), dtype=dt).element_size() for shape, dt in fields.values())
         self.slots = int(max(8, min(RING_SLOTS, RING_BYTES // max(1, row_bytes * rows))))
         self.ring = {k: torch.zeros((self.slots, rows, *shape), dtype=dt).share_memory_()
                      for k, (shape, dt) in fields.items()}
-        self.stats = [torch.zeros((self.slots, *s)).share_memory_() for s in stats_shapes]
+        self.moments = [torch.zeros((self.slots, *s)).share_memory_() for s in moment_shapes]
         self.head = torch.zeros(1, dtype=torch.int64).share_memory_()        # slots written
         self.read = torch.zeros(2, dtype=torch.int64).share_memory_()        # slots ingested, per learner
         self.counts = torch.zeros(2, dtype=torch.float64).share_memory_()    # updates done, per learner
@@ -178,10 +179,9 @@ class _LearnerLoop:
     """One learner in its own process: ingest the ring, adopt the other role's
     weights, update while the limit allows, publish; obey the control pipe."""
 
-    def __init__(self, role: str, algo_cls, config_state, dims: Dims, rows: int, capacity: int, shared: SharedState,
-                 conn):
+    def __init__(self, role: str, config_state, dims: Dims, rows: int, capacity: int, shared: SharedState, conn):
         torch.set_num_threads(1)
-        self.cfg = cfg = algo_cls.get_default_config().from_state(config_state)
+        self.cfg = cfg = AlgorithmConfig.from_state(config_state)   # of the class the state names
         self.role, self.i, self.shared, self.conn = role, ROLE_INDEX[role], shared, conn
         torch.manual_seed(derive_seed(cfg.seed or 0, PQL_LEARNER, self.i))
         live = SharedLive(shared.live)
@@ -217,8 +217,8 @@ class _LearnerLoop:
             slot = self.read % sh.slots
             self.learner.add({k: sh.ring[k][slot] for k in self.fields})
             self.read += 1
-        if sh.stats:
-            self.learner.set_stats(tuple(s[slot].clone() for s in sh.stats))
+        if sh.moments:
+            self.learner.set_moments(tuple(s[slot].clone() for s in sh.moments))
         sh.read[self.i] = self.read
 
     def adopt(self) -> None:
@@ -305,10 +305,10 @@ class _LearnerLoop:
                 self.publish()
 
 
-def _learner_main(role, algo_cls, config_state, dims, rows, capacity, shared, conn) -> None:
+def _learner_main(role, config_state, dims, rows, capacity, shared, conn) -> None:
     """Entry point of a learner process (module level: ``spawn`` imports it by name)."""
     try:
-        _LearnerLoop(role, algo_cls, config_state, dims, rows, capacity, shared, conn).run()
+        _LearnerLoop(role, config_state, dims, rows, capacity, shared, conn).run()
     except BaseException:  # noqa: BLE001 - reported to the trial process, then exit
         shared.failed[ROLE_INDEX[role]] = 1
         try:
@@ -341,20 +341,21 @@ def _linger(conn, limit_s: float = 60.0) -> None:
 class ProcessBackend(PQLBackend):
     ROLES = ROLES
 
-    def __init__(self, algo):
-        self.algo = algo
-        cfg, dims, N = algo.config, algo.dims, algo.env.num_envs   # CPU devices: checked at validation
+    def __init__(self, config, dims, actor, controller, live, *, num_envs: int, capacity: int,
+                 device: torch.device):
+        super().__init__(config, dims, actor, controller, live, num_envs=num_envs, capacity=capacity, device=device)
+        cfg, N = config, num_envs   # CPU devices: checked at validation
         v_fields, p_fields = cfg.replay_fields(dims.obs_dim, dims.act_dim, dims.state_dim)
-        cap = (algo.capacity // N) * N
+        cap = (capacity // N) * N
         self.replay_bytes = replay_bytes(cap, v_fields) + replay_bytes(cap, p_fields)
-        stats = algo.actor.stats()
+        moments = actor.moments()
         critic = make_critic(cfg, dims)    # the V-learner's first critic (and the P-learner's copy)
-        self.shared = SharedState(v_fields, N, [s.shape for s in stats] if stats is not None else [],
-                                  algo.actor.policy, critic, algo.live)
+        self.shared = SharedState(v_fields, N, [s.shape for s in moments] if moments is not None else [],
+                                  actor.policy, critic, live)
         self.fields = list(v_fields)
         # this process's read-only copies of the learners' networks, refreshed from shared memory
         # when the state is read (generic tools inspect nn.Module components; see state_components)
-        self.policy_view = copy.deepcopy(algo.actor.policy).requires_grad_(False)   # no RNG draw
+        self.policy_view = copy.deepcopy(actor.policy).requires_grad_(False)   # no RNG draw
         self.critic_view = critic.requires_grad_(False)
         self.head = 0
         self.ready = {r: False for r in self.ROLES}      # booted (sent 'ready')
@@ -369,7 +370,7 @@ class ProcessBackend(PQLBackend):
         for role in self.ROLES:
             ours, theirs = ctx.Pipe()
             proc = ctx.Process(target=_learner_main, name=f"pql-{role}", daemon=True,
-                               args=(role, type(algo), cfg.get_state(), dims, N, algo.capacity, self.shared, theirs))
+                               args=(role, cfg.get_state(), dims, N, capacity, self.shared, theirs))
             proc.start()
             theirs.close()
             self.conns[role], self.procs[role] = ours, proc
@@ -439,7 +440,7 @@ class ProcessBackend(PQLBackend):
 
     def _relay(self) -> None:
         """Mirror the learners' counts into the controller and hand them their limits."""
-        ctl, sh = self.algo.controller, self.shared
+        ctl, sh = self.controller, self.shared
         c = sh.counts.tolist()
         ctl.set_count("critic", c[0])
         ctl.set_count("policy", c[1])
@@ -448,7 +449,7 @@ class ProcessBackend(PQLBackend):
 
     # -- driver side ---------------------------------------------------------------
     def resume(self) -> None:
-        self.shared.set_live(self.algo.live)
+        self.shared.set_live(self.live)
         self.active = True
         self.learners_ready()            # a learner still booting starts when it is up, not now
         for role in self.ROLES:
@@ -464,13 +465,13 @@ class ProcessBackend(PQLBackend):
         for role in running:
             self._send(role, "pause")
         for role in running:
-            self.algo.controller.set_count(role, float(self._recv(role)))
+            self.controller.set_count(role, float(self._recv(role)))
             self.resumed[role] = False
         self.shared.limits.fill_(math.inf)
-        self.seen_policy = self.shared.policy.read_into(self.algo.actor.policy, -1)
+        self.seen_policy = self.shared.policy.read_into(self.actor.policy, -1)
 
     def gate_actor(self) -> None:
-        ctl = self.algo.controller
+        ctl = self.controller
         t0 = time.monotonic()
         self._relay()
         while not ctl.may_proceed("actor"):
@@ -485,9 +486,9 @@ class ProcessBackend(PQLBackend):
             self._check()
 
     def sync_actor(self) -> None:
-        self.seen_policy = self.shared.policy.read_into(self.algo.actor.policy, self.seen_policy)
+        self.seen_policy = self.shared.policy.read_into(self.actor.policy, self.seen_policy)
 
-    def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
+    def push(self, batch: Dict[str, torch.Tensor], moments) -> None:
         sh = self.shared
         t0 = time.monotonic()
         while self.head - int(sh.read.min()) >= sh.slots:   # a learner has not read the oldest slot yet
@@ -499,14 +500,14 @@ class ProcessBackend(PQLBackend):
         slot = self.head % sh.slots
         with torch.no_grad():
             torch._foreach_copy_([sh.ring[k][slot] for k in self.fields], [batch[k] for k in self.fields])
-            if stats is not None:
-                torch._foreach_copy_([s[slot] for s in sh.stats], list(stats))
+            if moments is not None:
+                torch._foreach_copy_([s[slot] for s in sh.moments], list(moments))
         self.head += 1
         sh.head[0] = self.head                           # after the data: a reader never sees a half slot
         self._relay()
 
     def wait_caught_up(self) -> None:
-        ctl = self.algo.controller
+        ctl = self.controller
         t0 = time.monotonic()
         self._relay()
         while not ctl.caught_up("actor") and time.monotonic() - t0 < ctl.max_wait_s:
@@ -523,11 +524,11 @@ class ProcessBackend(PQLBackend):
 
     def waited_s(self) -> Dict[str, float]:
         w = self.shared.waited[:, 0].tolist()
-        return {"actor": self.algo.controller.waited_s["actor"], "critic": w[0], "policy": w[1]}
+        return {"actor": self.controller.waited_s["actor"], "critic": w[0], "policy": w[1]}
 
     def overrides(self) -> Dict[str, int]:
         o = self.shared.waited[:, 1].tolist()
-        return {"actor": self.algo.controller.overrides["actor"], "critic": int(o[0]), "policy": int(o[1])}
+        return {"actor": self.controller.overrides["actor"], "critic": int(o[0]), "policy": int(o[1])}
 
     # -- state -------------------------------------------------------------------------
     def state_components(self) -> Dict[str, Any]:
@@ -535,7 +536,7 @@ class ProcessBackend(PQLBackend):
         process's views of their newest policy and critic as modules (as the thread
         back-end exposes its learners' networks; loading into a view is harmless, the
         learners load from 'v' and 'p')."""
-        with_replay = self.algo.config.checkpoint_replay
+        with_replay = self.config.checkpoint_replay
         self.shared.policy.read_into(self.policy_view, -1)
         self.shared.critic.read_into(self.critic_view, -1)
         return {**{key: StateAdapter((lambda r: lambda: _from_bytes(self._call(r, "get_state", with_replay)))(role),
@@ -547,7 +548,7 @@ class ProcessBackend(PQLBackend):
         # each role published its restored network on set_state; now each takes the other's
         for role in self.ROLES:
             self._call(role, "adopt")
-        self.seen_policy = self.shared.policy.read_into(self.algo.actor.policy, -1)
+        self.seen_policy = self.shared.policy.read_into(self.actor.policy, -1)
         self.metrics_seen = self.shared.metrics.clone()
 
     def clear_replays(self) -> None:

@@ -12,12 +12,12 @@ Exchange: the driver keeps one ``exchange`` call in flight per learner. A
 call delivers the data batches gathered since the previous one, the newest
 weights of the other learner, the observation statistics and the learner's
 current count limit from the driver's
-:class:`~rllib_fast.core.ratio.RatioController`; it returns the learner's
+:class:`~rllib_fast.algorithms.pql.ratio.RatioController`; it returns the learner's
 update count (the driver mirrors it), its newest weights (when it published
 new ones) and its metrics. Everything is non-blocking: the driver harvests
 finished calls with ``ray.wait(timeout=0)``. Inside each learner actor a
 background thread runs the learning loop, gated locally by a
-:class:`~rllib_fast.core.ratio.LimitGate`.
+:class:`~rllib_fast.algorithms.pql.ratio.LimitGate`.
 
 How the tensors travel (``ray_transport``):
 
@@ -26,7 +26,7 @@ How the tensors travel (``ray_transport``):
   and mixed devices.
 * ``"collective"``: point to point over a private torch.distributed group of
   the driver (rank 0, the Actor's device), the V-learner (1) and the
-  P-learner (2) (:class:`~rllib_fast.core.tensor_link.TensorLink`): NCCL
+  P-learner (2) (:class:`~rllib_fast.algorithms.pql.tensor_link.TensorLink`): NCCL
   device to device when all three are on CUDA (the paper's 2- and 3-GPU
   layouts), gloo on CPU. The Ray calls then carry only the tensors' layout.
   The batches of one exchange are concatenated and packed into one message
@@ -49,11 +49,11 @@ from ...core.devices import DeviceUnavailableError, raise_remote_device_error, u
 from ...core.distributed import free_port
 from ...core.learner_actor import LearnerActor, close_actors
 from ...core.local_ray import ensure_ray
-from ...core.ratio import LimitGate
+from .ratio import LimitGate
 from ...core.seeding import PQL_LEARNER, derive_seed
 from ...core.state import StateAdapter
-from ...core.tensor_link import TensorLink
-from ...core.transition_replay import replay_bytes
+from .tensor_link import TensorLink
+from .transition_replay import replay_bytes
 from .backend import PQLBackend
 from .components import CriticLearner, Dims, LiveParams, PolicyLearner, make_critic
 from .nets import load_snapshot, snapshot
@@ -180,10 +180,10 @@ class PQLLearnerHost(LearnerActor):
         if wire["batch"] is not None:
             keys = wire["keys"]
             got = self.link.recv(wire["batch"], 0)
-            stats = tuple(got[len(keys):]) if wire["stats"] else None
+            moments = tuple(got[len(keys):]) if wire["moments"] else None
             chunks = [t.split(self.rows_per_add) for t in got[:len(keys)]]
             batches = [({k: c[i] for k, c in zip(keys, chunks)}, None) for i in range(len(chunks[0]))]
-            batches[-1] = (batches[-1][0], stats)
+            batches[-1] = (batches[-1][0], moments)
         if wire["weights"] is not None:
             weights = self.link.recv(wire["weights"], 0)
         return batches, weights
@@ -214,13 +214,13 @@ class PQLLearnerHost(LearnerActor):
 
     # -- loop ------------------------------------------------------------------
     def _ingest(self) -> None:
-        stats = None
+        moments = None
         while self.inbox:
-            batch, batch_stats = self.inbox.popleft()
+            batch, batch_moments = self.inbox.popleft()
             self.learner.add({k: v.to(self.device, non_blocking=True) for k, v in batch.items()})
-            stats = batch_stats if batch_stats is not None else stats
-        if stats is not None:
-            self.learner.set_stats(stats)
+            moments = batch_moments if batch_moments is not None else moments
+        if moments is not None:
+            self.learner.set_moments(moments)
 
     def _adopt(self) -> None:
         with self.lock:
@@ -266,19 +266,20 @@ class RayBackend(PQLBackend):
         return [{"CPU": cfg.num_cpus_per_pql_learner, "GPU": cfg.num_gpus_per_v_learner},
                 {"CPU": cfg.num_cpus_per_pql_learner, "GPU": cfg.num_gpus_per_p_learner}]
 
-    def __init__(self, algo):
+    def __init__(self, config, dims, actor, controller, live, *, num_envs: int, capacity: int,
+                 device: torch.device):
         from ray.util.placement_group import get_current_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        self.algo = algo
-        cfg = algo.config
-        initial_critic = make_critic(cfg, algo.dims)   # the V-learner's first critic (and the P-learner's copy)
-        v_fields, p_fields = cfg.replay_fields(algo.dims.obs_dim, algo.dims.act_dim, algo.dims.state_dim)
-        cap = (algo.capacity // algo.env.num_envs) * algo.env.num_envs
+        super().__init__(config, dims, actor, controller, live, num_envs=num_envs, capacity=capacity, device=device)
+        cfg = config
+        initial_critic = make_critic(cfg, dims)   # the V-learner's first critic (and the P-learner's copy)
+        v_fields, p_fields = cfg.replay_fields(dims.obs_dim, dims.act_dim, dims.state_dim)
+        cap = (capacity // num_envs) * num_envs
         self.replay_bytes = replay_bytes(cap, v_fields) + replay_bytes(cap, p_fields)
         ensure_ray(log_to_driver=False)   # a plain script's build: a local Ray of our own
         pg = get_current_placement_group()
-        init = {"policy": _cpu(snapshot(algo.actor.policy)), "critic": _cpu(snapshot(initial_critic))}
+        init = {"policy": _cpu(snapshot(actor.policy)), "critic": _cpu(snapshot(initial_critic))}
         gpus = {"critic": cfg.num_gpus_per_v_learner, "policy": cfg.num_gpus_per_p_learner}
         devices = {"critic": cfg.v_learner_device, "policy": cfg.p_learner_device}
         self.hosts = {}
@@ -289,7 +290,7 @@ class RayBackend(PQLBackend):
                     placement_group=pg, placement_group_bundle_index=i + 1)
             dev = devices[role] if devices[role] != "auto" else ("auto" if gpus[role] > 0 else "cpu")
             self.hosts[role] = PQLLearnerHost.options(**opts).remote(
-                role, type(algo), cfg.get_state(), algo.dims, algo.env.num_envs, algo.capacity, dev, init, algo.live)
+                role, cfg.algo_class, cfg.get_state(), dims, num_envs, capacity, dev, init, live)
         try:
             self.devices = dict(zip(self.ROLES, ray.get([h.device_name.remote() for h in self.hosts.values()])))
         except ray.exceptions.RayActorError as err:
@@ -304,7 +305,7 @@ class RayBackend(PQLBackend):
         self.metrics = {r: torch.zeros(2) for r in self.ROLES}
         self.link: Optional[TensorLink] = None
         if cfg.ray_transport == "collective":
-            self._open_link(algo.device)
+            self._open_link(device)
 
     def _open_link(self, device: torch.device) -> None:
         kinds = {"Actor": device.type, **{f"{r} learner": torch.device(d).type for r, d in self.devices.items()}}
@@ -333,28 +334,28 @@ class RayBackend(PQLBackend):
         ray.get(joined)
 
     # -- driver side -------------------------------------------------------------
-    def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
+    def push(self, batch: Dict[str, torch.Tensor], moments) -> None:
         if self.link is None:   # object store: one host copy, serialised with the next call
-            stats, batch = _cpu(stats), _cpu(batch)
-        self.pending["critic"].append((batch, stats))
-        self.pending["policy"].append(({k: batch[k] for k in ("obs", "states", "valid") if k in batch}, stats))
+            moments, batch = _cpu(moments), _cpu(batch)
+        self.pending["critic"].append((batch, moments))
+        self.pending["policy"].append(({k: batch[k] for k in ("obs", "states", "valid") if k in batch}, moments))
 
     def _start_exchange(self, role: str):
         """Deliver what is pending for ``role`` in one ``exchange`` call (returns its ref)."""
         batches, weights = self.pending[role], self.pending_weights[role]
         self.pending[role], self.pending_weights[role] = [], None
-        limit = self.algo.controller.limit(role)
+        limit = self.controller.limit(role)
         if self.link is None:
             return self.hosts[role].exchange.remote(batches, limit, weights)
         dst = self.RANKS[role]
-        wire: Dict[str, Any] = {"keys": None, "batch": None, "stats": False, "weights": None}
+        wire: Dict[str, Any] = {"keys": None, "batch": None, "moments": False, "weights": None}
         if batches:
             keys = list(batches[0][0])
             tensors = [torch.cat([b[k] for b, _ in batches]) for k in keys]
-            stats = batches[-1][1]
-            if stats is not None:
-                tensors += list(stats)
-            wire.update(keys=keys, batch=self.link.send(tensors, dst), stats=stats is not None)
+            moments = batches[-1][1]
+            if moments is not None:
+                tensors += list(moments)
+            wire.update(keys=keys, batch=self.link.send(tensors, dst), moments=moments is not None)
         if weights is not None:
             wire["weights"] = self.link.send(weights, dst)
         return self.hosts[role].exchange.remote([], limit, None, wire)
@@ -365,7 +366,7 @@ class RayBackend(PQLBackend):
     def _harvest(self, role: str, res: Dict[str, Any]) -> None:
         if res.get("error"):
             raise RuntimeError(f"PQL {role} learner failed: {res['error']}")
-        self.algo.controller.set_count(role, res["count"])
+        self.controller.set_count(role, res["count"])
         self.remote_waited[role], self.remote_overrides[role] = res["waited_s"], res["overrides"]
         self.metrics[role] += res["metrics"]
         w = res["weights"]
@@ -378,7 +379,7 @@ class RayBackend(PQLBackend):
                 self.pending_weights["policy"] = w
             else:
                 self.pending_weights["critic"] = w
-                load_snapshot(self.algo.actor.policy, w)
+                load_snapshot(self.actor.policy, w)
 
     def poll(self, timeout: float = 0.0) -> None:
         """Harvest finished exchanges and start new ones (non-blocking unless ``timeout`` > 0)."""
@@ -397,7 +398,7 @@ class RayBackend(PQLBackend):
 
     def gate_actor(self) -> None:
         """The Actor waits (polling the learners) while it is ahead."""
-        ctl = self.algo.controller
+        ctl = self.controller
         t0 = time.monotonic()
         while not ctl.may_proceed("actor"):
             if time.monotonic() - t0 > ctl.max_wait_s:
@@ -408,13 +409,13 @@ class RayBackend(PQLBackend):
 
     def waited_s(self) -> Dict[str, float]:
         # the learners wait at their own gates in their processes: the latest counts they reported
-        return {"actor": self.algo.controller.waited_s["actor"], **self.remote_waited}
+        return {"actor": self.controller.waited_s["actor"], **self.remote_waited}
 
     def overrides(self) -> Dict[str, int]:
-        return {"actor": self.algo.controller.overrides["actor"], **self.remote_overrides}
+        return {"actor": self.controller.overrides["actor"], **self.remote_overrides}
 
     def wait_caught_up(self) -> None:
-        ctl = self.algo.controller
+        ctl = self.controller
         t0 = time.monotonic()
         while not ctl.caught_up("actor") and time.monotonic() - t0 < ctl.max_wait_s:
             self.poll(0.002)
@@ -441,10 +442,10 @@ class RayBackend(PQLBackend):
             self._harvest(role, res)
         results = ray.get([self.hosts[r].pause.remote() for r in self.ROLES])
         for role, res in zip(self.ROLES, results):
-            self.algo.controller.set_count(role, res["count"])
+            self.controller.set_count(role, res["count"])
             self.remote_waited[role], self.remote_overrides[role] = res["waited_s"], res["overrides"]
         crit, pol = results
-        load_snapshot(self.algo.actor.policy, pol["weights"])
+        load_snapshot(self.actor.policy, pol["weights"])
         # bring the two learners' copies of each other's network up to date for the next iteration
         self.pending_weights["critic"], self.pending_weights["policy"] = pol["weights"], crit["weights"]
 
@@ -454,7 +455,7 @@ class RayBackend(PQLBackend):
         return out
 
     def state_components(self) -> Dict[str, Any]:
-        with_replay = self.algo.config.checkpoint_replay
+        with_replay = self.config.checkpoint_replay
         return {key: StateAdapter((lambda r: lambda: self.get_state(r, with_replay))(role),
                                   (lambda r: lambda s: self.set_state(r, s))(role))
                 for key, role in (("v", "critic"), ("p", "policy"))}

@@ -50,10 +50,11 @@ class Mailbox:
 
 
 class ThreadBackend(PQLBackend):
-    def __init__(self, algo, learners=None):
+    def __init__(self, config, dims, actor, controller, live, *, num_envs: int, capacity: int,
+                 device: torch.device, learners=None):
         """``learners``: (V, P) objects to run instead of building them (tests)."""
-        self.algo = algo
-        self.v, self.p = learners if learners is not None else self._build_learners(algo)
+        super().__init__(config, dims, actor, controller, live, num_envs=num_envs, capacity=capacity, device=device)
+        self.v, self.p = learners if learners is not None else self._build_learners()
         self.replay_bytes = sum(getattr(getattr(x, "replay", None), "nbytes", 0) for x in (self.v, self.p))
         self.critic_box, self.policy_box = Mailbox(), Mailbox()
         self.inbox = {"critic": collections.deque(), "policy": collections.deque()}
@@ -67,15 +68,14 @@ class ThreadBackend(PQLBackend):
         for t in self.threads:
             t.start()
 
-    @staticmethod
-    def _build_learners(algo):
-        cfg, N = algo.config, algo.env.num_envs
-        vdev = algo.device if cfg.v_learner_device == "auto" else torch.device(cfg.v_learner_device)
-        pdev = algo.device if cfg.p_learner_device == "auto" else torch.device(cfg.p_learner_device)
-        v = CriticLearner(cfg, algo.dims, vdev, algo.live, N, algo.capacity)
-        p = PolicyLearner(cfg, algo.dims, pdev, algo.live, N, algo.capacity)
-        load_snapshot(p.policy, snapshot(algo.actor.policy))
-        load_snapshot(v.policy, snapshot(algo.actor.policy))
+    def _build_learners(self):
+        cfg, N = self.config, self.num_envs
+        vdev = self.device if cfg.v_learner_device == "auto" else torch.device(cfg.v_learner_device)
+        pdev = self.device if cfg.p_learner_device == "auto" else torch.device(cfg.p_learner_device)
+        v = CriticLearner(cfg, self.dims, vdev, self.live, N, self.capacity)
+        p = PolicyLearner(cfg, self.dims, pdev, self.live, N, self.capacity)
+        load_snapshot(p.policy, snapshot(self.actor.policy))
+        load_snapshot(v.policy, snapshot(self.actor.policy))
         load_snapshot(p.critic, snapshot(v.critic))
         return v, p
 
@@ -84,13 +84,13 @@ class ThreadBackend(PQLBackend):
 
     # -- driver side -----------------------------------------------------------------
     def gate_actor(self) -> None:
-        self.algo.controller.gate("actor")
+        self.controller.gate("actor")
 
     def take_metrics(self, role: str) -> torch.Tensor:
         return (self.v if role == "critic" else self.p).take_metrics()
 
     def state_components(self):
-        with_replay = self.algo.config.checkpoint_replay
+        with_replay = self.config.checkpoint_replay
         return {"v": StateAdapter(lambda: self.v.state_dict(with_replay), self.v.load_state_dict),
                 "p": StateAdapter(lambda: self.p.state_dict(with_replay), self.p.load_state_dict),
                 # the learners' networks as modules too (generic tools inspect nn.Module components;
@@ -98,23 +98,23 @@ class ThreadBackend(PQLBackend):
                 "policy_net": self.p.policy, "critic_net": self.v.critic, "critic_target_net": self.v.target}
 
     def after_restore(self) -> None:
-        load_snapshot(self.algo.actor.policy, snapshot(self.p.policy))
+        load_snapshot(self.actor.policy, snapshot(self.p.policy))
         self.policy_box.put(snapshot(self.p.policy))
         self.critic_box.put(snapshot(self.v.critic))
 
-    def push(self, batch: Dict[str, torch.Tensor], stats) -> None:
-        self.inbox["critic"].append((batch, stats))
-        self.inbox["policy"].append(({k: batch[k] for k in ("obs", "states", "valid") if k in batch}, stats))
+    def push(self, batch: Dict[str, torch.Tensor], moments) -> None:
+        self.inbox["critic"].append((batch, moments))
+        self.inbox["policy"].append(({k: batch[k] for k in ("obs", "states", "valid") if k in batch}, moments))
 
     def sync_actor(self) -> None:
         """Adopt the P-learner's newest policy snapshot, if any."""
         self.seen["actor"], snap = self.policy_box.get_if_newer(self.seen["actor"])
         if snap is not None:
-            load_snapshot(self.algo.actor.policy, snap)
+            load_snapshot(self.actor.policy, snap)
 
     def wait_caught_up(self) -> None:
         self._raise()
-        self.algo.controller.wait_caught_up("actor")
+        self.controller.wait_caught_up("actor")
 
     def resume(self) -> None:
         # `parked` is cleared by pause(), not here: a learner that saw `running` unset
@@ -132,7 +132,7 @@ class ThreadBackend(PQLBackend):
                 e.clear()
         self.running.clear()
         self.halt.set()
-        ctl = self.algo.controller
+        ctl = self.controller
         with ctl.cond:
             ctl.cond.notify_all()
         deadline = time.monotonic() + timeout
@@ -142,7 +142,7 @@ class ThreadBackend(PQLBackend):
         self._raise()
         for role in ("critic", "policy"):
             self._ingest(role)
-        load_snapshot(self.algo.actor.policy, snapshot(self.p.policy))
+        load_snapshot(self.actor.policy, snapshot(self.p.policy))
 
     def clear_replays(self) -> None:
         """Empty both learners' replays (a restore without them; the learners are
@@ -169,12 +169,12 @@ class ThreadBackend(PQLBackend):
     def _ingest(self, role: str) -> None:
         learner = self.v if role == "critic" else self.p
         box = self.inbox[role]
-        stats = None
+        moments = None
         while box:
-            batch, stats = box.popleft()
+            batch, moments = box.popleft()
             learner.add({k: v.to(learner.device, non_blocking=True) for k, v in batch.items()})
-        if stats is not None:
-            learner.set_stats(stats)
+        if moments is not None:
+            learner.set_moments(moments)
 
     def _sync(self, role: str) -> None:
         if role == "critic":   # V adopts π_p as π_v
@@ -194,9 +194,8 @@ class ThreadBackend(PQLBackend):
 
     def _loop(self, role: str) -> None:
         torch.set_num_threads(1)
-        algo = self.algo
-        ctl = algo.controller
-        every = algo.config.weight_sync_every
+        ctl = self.controller
+        every = self.config.weight_sync_every
         try:
             while not self.stop.is_set():
                 if not self.running.is_set():

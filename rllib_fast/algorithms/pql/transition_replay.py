@@ -3,7 +3,7 @@
 :class:`~rllib_fast.core.replay.SegmentedReplay` stores raw steps and builds
 n-step windows at sample time, which needs the episode structure. PQL's
 learners receive transitions that are already aggregated (by
-:class:`~rllib_fast.core.nstep.NStepAggregator` on the Actor), possibly in
+:class:`~rllib_fast.algorithms.pql.nstep.NStepAggregator` on the Actor), possibly in
 another thread or process, so they need a plainer store: named fields, each a
 ``[capacity, ...]`` tensor on the learner's device, written ``N`` rows at a
 time at a host-side write pointer (no sync), sampled uniformly over the filled

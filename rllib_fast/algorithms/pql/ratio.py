@@ -176,7 +176,10 @@ class RatioController:
             dt = max(1e-9, t1 - t0)
             return {n: (c1[n] - c0[n]) / dt for n in self.names}
 
-    def stats(self) -> Dict[str, Dict[str, float]]:
+    def counters(self) -> Dict[str, Dict[str, float]]:
+        """A consistent copy of the cumulative counters: units done (``counts``),
+        seconds waited at the gate (``waited_s``) and waits cut short at
+        ``max_wait_s`` (``overrides``), each per component."""
         with self.cond:
             return {"counts": dict(self.counts), "waited_s": dict(self.waited_s), "overrides": dict(self.overrides)}
 

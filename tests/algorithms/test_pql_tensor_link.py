@@ -7,7 +7,7 @@ import threading
 import torch
 
 from rllib_fast.core.distributed import free_port
-from rllib_fast.core.tensor_link import TensorLink
+from rllib_fast.algorithms.pql.tensor_link import TensorLink
 
 
 def _pair(world=2):
