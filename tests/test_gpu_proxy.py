@@ -136,9 +136,10 @@ def aot_eager(monkeypatch):
 
 @pytest.mark.parametrize("env", ["Pendulum", "CartPole"])
 def test_act_step_and_whole_minibatch_step_are_one_graph_each(aot_eager, env):
-    from rllib_fast.algorithms.onpolicy import OnPolicyBatch
+    from rllib_fast.algorithms.onpolicy.batch import OnPolicyBatch
     from rllib_fast.algorithms.ppo import FastPPOConfig
-    from rllib_fast.core.compile import WholeGradientStep, graph_breaks
+    from rllib_fast.algorithms.onpolicy.whole_step import WholeGradientStep
+    from rllib_fast.core.compile import graph_breaks
 
     algo = FastPPOConfig().environment(env, num_envs=8).training(
         rollout_length=8, num_epochs=2, num_minibatches=2, hidden_sizes=[32], compile=True).debugging(seed=1).build_algo()

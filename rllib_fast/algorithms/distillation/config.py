@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ...core.nets import ACTIVATIONS
 from ...core.params import Param, with_defaults
-from ..onpolicy import OnPolicyConfig
+from ..onpolicy.config import OnPolicyConfig
 
 
 class DistillationConfig(OnPolicyConfig):

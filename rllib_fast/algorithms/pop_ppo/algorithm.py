@@ -46,7 +46,8 @@ from ...core.rollout import RolloutStorage, compute_gae
 from ...core.stacked import copy_members
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
-from ..onpolicy import DECORRELATION_BUDGET, resolve_normalize_obs, standardize
+from ..onpolicy.config import DECORRELATION_BUDGET, resolve_normalize_obs
+from ..onpolicy.reductions import standardize
 from ..population.pbt import InTrialPBT
 from ..ppo.algorithm import PPOUpdate
 from ..ppo.loss import PPOLossTerms, ppo_loss
