@@ -16,9 +16,14 @@ import threading
 import pytest
 import torch
 
-from rllib_fast.core.launch_count import LaunchCounter
-
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+# the counter is a benchmark tool (benchmarks/launch_count.py); imported under its own name, so
+# gpu_proxy's `from launch_count import LaunchCounter` below finds this same module
+sys.path.insert(0, BENCH)
+try:
+    from launch_count import LaunchCounter  # noqa: E402
+finally:
+    sys.path.remove(BENCH)
 
 
 @pytest.fixture(scope="module")

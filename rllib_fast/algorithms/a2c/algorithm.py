@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from ...core.rmsprop import ReferenceRMSprop
+from .rmsprop import ReferenceRMSprop
 from ..onpolicy.algorithm import OnPolicyAlgorithm
 from ..onpolicy.batch import OnPolicyBatch
 from ..onpolicy.reductions import standardize

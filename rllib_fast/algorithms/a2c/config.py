@@ -29,7 +29,7 @@ class FastA2CConfig(OnPolicyConfig):
         **with_defaults(OnPolicyConfig, rollout_length=5, lr=7e-4, lambda_=1.0, entropy_coeff=0.01, grad_clip=0.5,
                         num_envs=64),
         "optimizer": Param("rmsprop", "optimizer: 'rmsprop' = the A2C reference's (TF1) RMSProp, eps inside the "
-                           "square root and mean square starting at 1 (core/rmsprop.py); 'rmsprop_torch' = "
+                           "square root and mean square starting at 1 (algorithms/a2c/rmsprop.py); 'rmsprop_torch' = "
                            "torch.optim.RMSprop (eps outside the root, mean square from 0); 'adam'", (str,),
                            choices=("rmsprop", "rmsprop_torch", "adam")),
         "rmsprop_alpha": Param(0.99, "RMSProp smoothing constant", low=0.0, high=1.0, low_open=True),

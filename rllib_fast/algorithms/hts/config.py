@@ -12,7 +12,7 @@ every alpha env steps, and alpha is also the rollout length of one batch
 """
 from __future__ import annotations
 
-from ...core.params import Param, with_defaults
+from ...core.params import Param
 from ...envs.base import env_share_error
 from ..a2c.config import FastA2CConfig
 from ..ppo.config import FastPPOConfig

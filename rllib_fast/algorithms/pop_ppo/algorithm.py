@@ -162,6 +162,11 @@ class PopPPO(FastAlgorithm):
         """One member's greedy policy: the best by fitness, or ``member``."""
         return pop_ppo_policy_module(self, member)
 
+    def policy_module(self, member: Optional[int] = None):
+        """One member's greedy policy as a module of its own (what export writes):
+        the best by fitness, or ``member``."""
+        return self.get_module(member=member).select()
+
     def best_member(self) -> int:
         return self.pbt.best_member()
 
