@@ -1,7 +1,7 @@
 """GPU readiness measured on CPU: kernel launches and host syncs per iteration.
 
 No GPU is lent to this project, so this script counts, on CPU, what a GPU
-pays for (rules: ``rllib_fast/core/launch_count.py``): kernels launched per
+pays for (rules: ``benchmarks/launch_count.py``): kernels launched per
 training iteration, eager and ``compile=True`` (generated kernels counted by
 call, so the compiled path's real launch count is seen), and device-to-host
 syncs, split by where they happen: per rollout step, per gradient update
@@ -52,7 +52,7 @@ if HERE not in sys.path:
 
 import torch  # noqa: E402
 
-from rllib_fast.core.launch_count import LaunchCounter  # noqa: E402
+from launch_count import LaunchCounter  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 

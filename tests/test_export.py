@@ -10,7 +10,7 @@ import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
-from rllib_fast.export import MODULE_PATH, POLICY_INFO_FILE, ExportError, export_checkpoint
+from rllib_fast.export import MODULE_PATH, POLICY_INFO_FILE, ExportError, export_checkpoint, load_policy_module
 from tests._resume_worker import tiny_config
 
 onnxruntime = pytest.importorskip("onnxruntime")
@@ -76,6 +76,26 @@ def test_exported_policy_acts_as_forward_inference(trained, fmt, run, tmp_path):
     # the same policy from the checkpoint alone (no algorithm built)
     path = export_checkpoint(ckpt, format=fmt, out=tmp_path / f"from_ckpt.{fmt}")
     _check(run(path, obs), expected, algo.env.is_discrete)
+
+
+
+def test_the_algorithm_and_the_module_say_which_policy_a_file_holds(trained):
+    """Export asks instead of knowing the classes: an algorithm of one policy
+    answers with its module and refuses a member in one line; a population
+    answers with one member's own module (its best), before and after a
+    checkpoint."""
+    algo, ckpt = trained
+    if hasattr(algo, "best_member"):   # a population
+        assert algo.policy_module().members == 1
+        assert load_policy_module(ckpt).members == 1
+        assert algo.policy_module(member=1).members == 1
+        return
+    assert algo.policy_module() is algo.get_module()
+    loaded = load_policy_module(ckpt)
+    assert loaded.select() is loaded
+    with pytest.raises(ExportError, match="population algorithms only") as err:
+        algo.export_policy("never-written.onnx", member=0)
+    assert "\n" not in str(err.value)
 
 
 def test_population_member_export(tmp_path):

@@ -16,9 +16,14 @@ import threading
 import pytest
 import torch
 
-from rllib_fast.core.launch_count import LaunchCounter
-
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+# the counter is a benchmark tool (benchmarks/launch_count.py); imported under its own name, so
+# gpu_proxy's `from launch_count import LaunchCounter` below finds this same module
+sys.path.insert(0, BENCH)
+try:
+    from launch_count import LaunchCounter  # noqa: E402
+finally:
+    sys.path.remove(BENCH)
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +141,10 @@ def aot_eager(monkeypatch):
 
 @pytest.mark.parametrize("env", ["Pendulum", "CartPole"])
 def test_act_step_and_whole_minibatch_step_are_one_graph_each(aot_eager, env):
-    from rllib_fast.algorithms.onpolicy import OnPolicyBatch
+    from rllib_fast.algorithms.onpolicy.batch import OnPolicyBatch
     from rllib_fast.algorithms.ppo import FastPPOConfig
-    from rllib_fast.core.compile import WholeGradientStep, graph_breaks
+    from rllib_fast.algorithms.onpolicy.whole_step import WholeGradientStep
+    from rllib_fast.core.compile import graph_breaks
 
     algo = FastPPOConfig().environment(env, num_envs=8).training(
         rollout_length=8, num_epochs=2, num_minibatches=2, hidden_sizes=[32], compile=True).debugging(seed=1).build_algo()

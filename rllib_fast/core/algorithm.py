@@ -47,6 +47,7 @@ from ..envs.probe import action_space_error
 from .checkpoint import CheckpointedAlgorithm, CheckpointMismatchError, CheckpointReadError  # noqa: F401
 from .config import DEVICE_CHECK, FastConfig  # noqa: F401
 from .evaluation import Evaluation
+from .export import export_policy
 from .guard import UpdateGuard
 from .metrics import EpisodeTracker
 from .rng import RngStream
@@ -251,6 +252,16 @@ class FastAlgorithm(CheckpointedAlgorithm, Evaluation, Algorithm):
     def get_module(self, module_id: str = DEFAULT_MODULE_ID):
         return self.module
 
+    def policy_module(self, member: Optional[int] = None):
+        """The greedy policy an exported file holds, as a module of its own
+        (what ``export_policy`` traces): this algorithm's one policy. A population
+        overrides it to pick a member (the best by default); ``member`` applies
+        to those only (ValueError here)."""
+        if member is not None:
+            raise ValueError(f"member={member} applies to population algorithms only; {type(self).__name__} "
+                             "has one policy")
+        return self.get_module()
+
     def log_env_steps(self, n: int) -> None:
         """Count sampled env steps (standard keys, with throughput)."""
         self.metrics.log_value((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), n,
@@ -273,9 +284,7 @@ class FastAlgorithm(CheckpointedAlgorithm, Evaluation, Algorithm):
 
     def export_policy(self, path, format: str = "onnx", member: Optional[int] = None) -> str:
         """The greedy policy (observation normalisation and action scaling included)
-        as one ONNX or TorchScript file; see :mod:`rllib_fast.export`."""
-        from ..export import export_policy
-
+        as one ONNX or TorchScript file; see :mod:`rllib_fast.core.export`."""
         return export_policy(self, path, format=format, member=member)
 
 

@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional
 import torch
 from ray.rllib.utils.checkpoints import Checkpointable
 
+from .export import save_policy_module
 from .state import load_optimizer_state
 
 
@@ -159,8 +160,6 @@ class CheckpointedAlgorithm:
         """Checkpointable's save, plus the policy as an RLModule checkpoint where RLlib
         puts one (``learner_group/learner/rl_module/default_policy``), so
         ``RLModule.from_checkpoint`` and ``rllib-fast export`` need no algorithm."""
-        from ..export import save_policy_module
-
         path = super().save_to_path(path, state=state, filesystem=filesystem, use_msgpack=use_msgpack)
         save_policy_module(self, path, filesystem=filesystem, use_msgpack=use_msgpack)
         return path

@@ -1,4 +1,5 @@
-"""``FastTorchRLModule``: the base of every rllib_fast RLModule (RLlib's ``TorchRLModule``, built quietly).
+"""``FastTorchRLModule``: the base of every rllib_fast RLModule (RLlib's ``TorchRLModule``, built quietly,
+and able to say which one policy a policy file of it holds: :meth:`FastTorchRLModule.select`).
 
 Why a base of our own: Ray 2.60's ``RLModule.__init__`` always builds an
 ``RLModuleConfig`` for old custom models (rl_module.py: "We keep it here for now
@@ -20,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Iterator
+from typing import Iterator, Optional
 
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 
@@ -66,3 +67,12 @@ class FastTorchRLModule(TorchRLModule):
     def __init__(self, *args, **kwargs) -> None:
         with quiet_rl_module_init():
             super().__init__(*args, **kwargs)
+
+    def select(self, member: Optional[int] = None) -> "FastTorchRLModule":
+        """The one policy an exported file of this module holds, as a module of its
+        own: this module, which has one policy. A population's module overrides it
+        to return one member's copy; ``member`` applies to those only."""
+        if member is not None:
+            raise ValueError(f"member={member} applies to population algorithms only; this policy is a "
+                             f"{type(self).__name__}")
+        return self

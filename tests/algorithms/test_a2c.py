@@ -8,7 +8,7 @@ import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 
 from rllib_fast.algorithms.a2c import FastA2C, FastA2CConfig
-from rllib_fast.core.rmsprop import ReferenceRMSprop
+from rllib_fast.algorithms.a2c.rmsprop import ReferenceRMSprop
 
 
 def test_defaults_follow_the_paper():

@@ -8,8 +8,8 @@ from ray.rllib.algorithms.algorithm import Algorithm
 
 from rllib_fast.algorithms.appo import FastA3CConfig, FastAPPO, FastAPPOConfig
 from rllib_fast.algorithms.appo.learner import MultiStepAdamOptimizer
-from rllib_fast.core.async_adam import ChunkedParameterStore, MultiStepAdam
-from rllib_fast.core.param_server import RemoteStoreClient, start_parameter_server
+from rllib_fast.algorithms.appo.async_adam import ChunkedParameterStore, MultiStepAdam
+from rllib_fast.algorithms.appo.param_server import RemoteStoreClient, start_parameter_server
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from ray.rllib.algorithms.algorithm import Algorithm
 from rllib_fast.algorithms.a2c import FastA2CConfig
 from rllib_fast.algorithms.dqn import FastDQNConfig, RainbowConfig
 from rllib_fast.algorithms.hts import HTSA2CConfig, HTSPPOConfig
-from rllib_fast.algorithms.onpolicy import OnPolicyBatch
+from rllib_fast.algorithms.onpolicy.batch import OnPolicyBatch
 from rllib_fast.algorithms.ppo import FastPPOConfig
 from rllib_fast.algorithms.pql import DDPGNConfig, PQLConfig, SACNConfig
 from rllib_fast.core import compile as compile_mod

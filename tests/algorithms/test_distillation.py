@@ -14,7 +14,7 @@ from rllib_fast.algorithms.distillation import Distillation, DistillationConfig
 from rllib_fast.algorithms.distillation.algorithm import DistillationBatch, DistillationSettings, DistillationUpdate
 from rllib_fast.algorithms.distillation.teacher import load_teacher
 from rllib_fast.algorithms.actor_critic import ActorCriticModule
-from rllib_fast.algorithms.onpolicy import LearnerCollectives
+from rllib_fast.algorithms.onpolicy.collectives import LearnerCollectives
 from rllib_fast.algorithms.ppo import FastPPOConfig
 
 #: the cart's velocity hidden from the student: [x, theta, theta_dot]; the teacher reads the full state

@@ -11,7 +11,7 @@ from torch import nn
 from rllib_fast.algorithms.a2c.loss import a2c_loss
 from rllib_fast.algorithms.actor_critic import ActorCriticModule
 from rllib_fast.algorithms.dqn import FastDQNConfig
-from rllib_fast.algorithms.onpolicy import masked_mean, standardize
+from rllib_fast.algorithms.onpolicy.reductions import masked_mean, standardize
 from rllib_fast.algorithms.ppo.loss import (approx_kl, clip_fraction, clipped_surrogate, clipped_value_loss,
                                             kl_adapted_lr, ppo_loss)
 

@@ -8,7 +8,7 @@ import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 
 from rllib_fast.algorithms import FastPPOConfig, PopA2CConfig, PopPPOConfig
-from rllib_fast.algorithms.onpolicy import OnPolicyBatch
+from rllib_fast.algorithms.onpolicy.batch import OnPolicyBatch
 from rllib_fast.algorithms.ppo.algorithm import PPOUpdate
 from rllib_fast.core.stacked import member_tensors
 

@@ -12,7 +12,7 @@ from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.core.columns import Columns
 
 from rllib_fast.algorithms import FastPPOConfig, PopPPOConfig
-from rllib_fast.algorithms.onpolicy import OnPolicyBatch
+from rllib_fast.algorithms.onpolicy.batch import OnPolicyBatch
 from rllib_fast.algorithms.ppo.algorithm import PPOUpdate
 from rllib_fast.algorithms.recurrent_module import Memories, RecurrentActorCriticModule, Sequences
 from rllib_fast.core.memory import RecurrentMemory

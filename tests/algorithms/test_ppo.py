@@ -87,7 +87,7 @@ def test_default_decorrelation_is_the_time_limit_within_a_budget_of_env_steps():
     randomised too), but the phase costs at most DECORRELATION_BUDGET env steps: with
     many envs and long episodes (a slow simulator) it would otherwise be most of a
     run. The first, shortened episodes are not counted; an explicit K is taken as is."""
-    from rllib_fast.algorithms.onpolicy import DECORRELATION_BUDGET
+    from rllib_fast.algorithms.onpolicy.config import DECORRELATION_BUDGET
 
     small_n = FastPPOConfig().environment("Pendulum", num_envs=16).training(rollout_length=8).build_algo()
     assert small_n.train()["num_env_steps_sampled_lifetime"] == 200 * 16 + 8 * 16  # the whole time limit

@@ -204,7 +204,7 @@ def test_batch_advantage_normalisation_uses_whole_batch_unbiased_stats():
 
 
 def test_standardize_unbiased_matches_torch_std():
-    from rllib_fast.algorithms.onpolicy import standardize
+    from rllib_fast.algorithms.onpolicy.reductions import standardize
 
     a = torch.randn(10, generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(standardize(a, None, unbiased=True), (a - a.mean()) / (a.std() + 1e-8))
@@ -247,7 +247,7 @@ def test_per_network_grad_clip_bounds_actor_and_critic_separately():
 
 
 def test_per_network_grad_clip_is_not_compiled_whole():
-    from rllib_fast.core.compile import WholeGradientStep
+    from rllib_fast.algorithms.onpolicy.whole_step import WholeGradientStep
 
     algo = small(grad_clip_scope="per_network").build_algo()
     assert not WholeGradientStep.applies(algo.update_rule)

@@ -10,7 +10,8 @@ from gymnasium import spaces
 from rllib_fast.algorithms.actor_critic import ActorCriticModule
 from rllib_fast.algorithms.extensions.symmetry import (MirroredBatch, Symmetry, SymmetrySettings, cartpole_mirror,
                                                        pendulum_mirror)
-from rllib_fast.algorithms.onpolicy import LearnerCollectives, OnPolicyBatch
+from rllib_fast.algorithms.onpolicy.batch import OnPolicyBatch
+from rllib_fast.algorithms.onpolicy.collectives import LearnerCollectives
 from rllib_fast.algorithms.ppo import FastPPOConfig
 from rllib_fast.algorithms.ppo.algorithm import PPOSettings, PPOUpdate
 from rllib_fast.algorithms.ppo.loss import ppo_loss

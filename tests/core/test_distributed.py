@@ -5,7 +5,7 @@ import os
 import torch
 import torch.multiprocessing as mp
 
-from rllib_fast.algorithms.onpolicy import standardize
+from rllib_fast.algorithms.onpolicy.reductions import standardize
 from rllib_fast.core.distributed import DistributedContext, free_port
 from rllib_fast.core.normalize import RunningMeanStd
 

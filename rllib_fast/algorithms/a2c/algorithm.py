@@ -1,7 +1,7 @@
 """FastA2C: batched synchronous advantage actor-critic.
 
 The rollout, storage and targets are the shared on-policy machinery
-(:mod:`rllib_fast.algorithms.onpolicy`); A2C's learning phase,
+(:mod:`rllib_fast.algorithms.onpolicy.algorithm`); A2C's learning phase,
 :class:`A2CUpdate` (composed into FastA2C, HTSA2C and every FastA3C learner),
 is one gradient step on the whole ``[T, N]`` batch: policy gradient with
 (optionally standardised) advantages, value regression and an entropy bonus.
@@ -13,8 +13,11 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from ...core.rmsprop import ReferenceRMSprop
-from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, UpdateRule, standardize
+from .rmsprop import ReferenceRMSprop
+from ..onpolicy.algorithm import OnPolicyAlgorithm
+from ..onpolicy.batch import OnPolicyBatch
+from ..onpolicy.reductions import standardize
+from ..onpolicy.update import UpdateRule
 from .config import FastA2CConfig
 from .loss import a2c_loss
 

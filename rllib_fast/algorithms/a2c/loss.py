@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..onpolicy import masked_mean
+from ..onpolicy.reductions import masked_mean
 
 
 def a2c_loss(logp: torch.Tensor, entropy: torch.Tensor, adv: torch.Tensor, v: torch.Tensor,

@@ -29,9 +29,9 @@ from ...core.devices import raise_remote_device_error
 from ...core.learner_actor import close_actors
 from ...core.local_ray import ensure_ray
 from ...core.multi_learner import log_learner_episodes
-from ...core.param_server import start_parameter_server
+from .param_server import start_parameter_server
 from ..a2c.algorithm import A2CUpdate, FastA2C
-from ..onpolicy import OnPolicyAlgorithm
+from ..onpolicy.algorithm import OnPolicyAlgorithm
 from ..ppo.algorithm import FastPPO, PPOUpdate
 from .config import FastA3CConfig, FastAPPOConfig
 from .learner import AsyncLearnerActor

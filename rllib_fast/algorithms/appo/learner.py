@@ -22,9 +22,9 @@ import torch
 from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED,
                                      NUM_ENV_STEPS_TRAINED, NUM_EPISODES)
 
-from ...core.async_adam import MultiStepAdam
+from .async_adam import MultiStepAdam
 from ...core.learner_actor import LearnerActor
-from ...core.param_server import RemoteStoreClient
+from .param_server import RemoteStoreClient
 from ...core.seeding import ASYNC_LEARNER, derive_seed
 from ...envs.base import env_share
 

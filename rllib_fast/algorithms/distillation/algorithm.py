@@ -4,7 +4,7 @@
 Why its own small algorithm, not a FastPPO mode: nothing of PPO's update
 applies (no returns, advantages, critic or ratio clip) and the checkpoint holds
 a teacher PPO lacks; what it shares is the rollout, which it reuses whole from
-:class:`..onpolicy.OnPolicyAlgorithm` (batched acting into preallocated ``[T,
+:class:`..onpolicy.algorithm.OnPolicyAlgorithm` (batched acting into preallocated ``[T,
 N]`` storage, observation normalisation, start-state decorrelation, the
 source's privileged ``states`` stored beside the observations). One iteration:
 
@@ -31,7 +31,9 @@ from typing import Any, Dict, NamedTuple, Optional
 import torch
 from torch.nn import functional as F
 
-from ..onpolicy import OnPolicyAlgorithm, UpdateRule, masked_mean
+from ..onpolicy.algorithm import OnPolicyAlgorithm
+from ..onpolicy.reductions import masked_mean
+from ..onpolicy.update import UpdateRule
 from ..ppo.recurrent import RecurrentActing
 from ..recurrent_module import Sequences
 from .config import DistillationConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ...core.memory import RNN_TYPES
 from ...core.nets import ACTIVATIONS
 from ...core.params import Param, with_defaults
-from ..onpolicy import OnPolicyConfig
+from ..onpolicy.config import OnPolicyConfig
 from ..recurrent_module import RECURRENT_HYPERPARAMETERS
 
 #: the student's memory keys: FastPPO's, without ``rnn_on`` (the student is an actor alone)

@@ -6,7 +6,7 @@ Two checkpoint kinds:
 
 * an rllib_fast algorithm checkpoint (or its policy-module directory) of an
   actor-critic policy (FastPPO, FastA2C, ...): its RLModule, normalisers
-  included (:func:`rllib_fast.export.load_policy_module`);
+  included (:func:`rllib_fast.core.export.load_policy_module`);
 * an rsl_rl checkpoint (a ``.pt`` file from rsl_rl's runner, whose
   ``actor_state_dict`` is an ``MLPModel``'s state dict, or that state dict
   alone): the matching MLP is built from the state dict's layer shapes
@@ -103,7 +103,7 @@ def load_teacher(path: Any, activation: str, in_dim: int, action_space: Any, dev
         low = torch.as_tensor(action_space.low, dtype=torch.float32).reshape(-1)
         high = torch.as_tensor(action_space.high, dtype=torch.float32).reshape(-1)
     if p.is_dir():
-        from ...export import ExportError, load_policy_module
+        from ...core.export import ExportError, load_policy_module
 
         try:
             module = load_policy_module(p)

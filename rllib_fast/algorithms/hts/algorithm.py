@@ -47,7 +47,7 @@ from ...envs.base import env_share
 from ...envs.parallel import ParallelVecEnv
 from ...core.seeding import EXECUTOR, HTS_SHUFFLE, derive_seed, worker_seed
 from ..a2c.algorithm import A2CUpdate
-from ..onpolicy import OnPolicyAlgorithm
+from ..onpolicy.algorithm import OnPolicyAlgorithm
 from ..ppo.algorithm import PPOUpdate
 from .config import HTSA2CConfig, HTSPPOConfig
 from .executors import ExecutorGroupEnv, HTSRuntime
@@ -346,7 +346,7 @@ class HTSAlgorithm(OnPolicyAlgorithm):
         self.any_invalid = bool(state["any_invalid"])
         for g, s in zip(self.executor_generators, state["executor_rng"]):
             g.set_state(torch.as_tensor(s).cpu())
-        if state.get("shuffle_rng") is not None:   # checkpoints before it existed shuffled from the global RNG
+        if state.get("shuffle_rng") is not None:   # a checkpoint without the key keeps the built generator
             self.shuffle_generator.set_state(torch.as_tensor(state["shuffle_rng"]).cpu())
 
     # -- shutdown ----------------------------------------------------------------------------------

@@ -118,7 +118,7 @@ class ExecutorGroupEnv(TensorVecEnv):
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
         if len(self.parts) > 1 and any(hasattr(p, "num_workers") for p in self.parts):
-            # simulator processes take ~1 s each to exit: close the parts concurrently
+            # closing a simulator process waits for its workers to exit: close the parts concurrently
             with ThreadPoolExecutor(len(self.parts), thread_name_prefix="hts-close") as pool:
                 list(pool.map(lambda p: p.close(), self.parts))
             return

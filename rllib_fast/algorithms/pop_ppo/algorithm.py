@@ -48,7 +48,8 @@ from ...core.stacked_memory import StackedRecurrentMemory
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
 from ..extensions.symmetry import make_symmetry
-from ..onpolicy import DECORRELATION_BUDGET, resolve_normalize_obs, standardize
+from ..onpolicy.config import DECORRELATION_BUDGET, resolve_normalize_obs
+from ..onpolicy.reductions import standardize
 from ..population.pbt import InTrialPBT
 from ..ppo.algorithm import PPOUpdate
 from ..ppo.loss import PPOLossTerms, ppo_loss
@@ -193,6 +194,11 @@ class PopPPO(FastAlgorithm):
     def get_module(self, module_id: str = DEFAULT_MODULE_ID, member: Optional[int] = None):
         """One member's greedy policy: the best by fitness, or ``member``."""
         return pop_ppo_policy_module(self, member)
+
+    def policy_module(self, member: Optional[int] = None):
+        """One member's greedy policy as a module of its own (what export writes):
+        the best by fitness, or ``member``."""
+        return self.get_module(member=member).select()
 
     def best_member(self) -> int:
         return self.pbt.best_member()

@@ -20,7 +20,7 @@ import torch
 from torch.nn import functional as F
 
 from ..extensions.symmetry import MirroredBatch, Symmetry
-from ..onpolicy import standardize
+from ..onpolicy.reductions import standardize
 from ..ppo.loss import PPOLossTerms, approx_kl, ppo_loss
 
 

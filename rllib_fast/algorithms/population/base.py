@@ -141,6 +141,11 @@ class PopulationAlgorithm(FastAlgorithm):
 
         return population_policy_module(self, member)
 
+    def policy_module(self, member: Optional[int] = None):
+        """One member's greedy policy as a module of its own (what export writes):
+        the best by fitness (CEM-RL: its mean policy), or ``member``."""
+        return self.get_module(member=member).select()
+
     def best_member(self) -> int:
         return self.pbt.best_member()
 

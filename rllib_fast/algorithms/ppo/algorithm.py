@@ -5,10 +5,11 @@ all N envs per step, written into preallocated ``[T, N]`` storage), targets
 (one batched critic pass over observations and ``final_obs``, then GAE with
 time-out bootstrapping), and minibatch epochs of the clipped surrogate with
 value clipping. Rollout and targets are the on-policy loop
-(``OnPolicyAlgorithm.training_step`` in :mod:`..onpolicy`); this file is the
-update, :class:`PPOUpdate`, which HTSPPO and every FastAPPO learner compose in
-too; its loss terms are the plain functions of :mod:`.loss`. Everything stays on the env's device; the only host syncs are the
-adaptive-KL lr step (once per epoch, when enabled) and RLlib's metric
+(``OnPolicyAlgorithm.training_step`` in :mod:`..onpolicy.algorithm`); this
+file is the update, :class:`PPOUpdate`, which HTSPPO and every FastAPPO
+learner compose in too; its loss terms are the plain functions of
+:mod:`.loss`. Everything stays on the env's device; the only host syncs are
+the adaptive-KL lr step (once per epoch, when enabled) and RLlib's metric
 reduction at the end of an iteration.
 """
 from __future__ import annotations
@@ -25,7 +26,10 @@ from ...envs.base import Step, TensorVecEnv
 from ...envs.parallel import ParallelVecEnv
 from ..extensions.rnd import make_rnd
 from ..extensions.symmetry import make_symmetry
-from ..onpolicy import OnPolicyAlgorithm, OnPolicyBatch, Targets, UpdateRule, masked_mean, standardize
+from ..onpolicy.algorithm import OnPolicyAlgorithm
+from ..onpolicy.batch import OnPolicyBatch, Targets
+from ..onpolicy.reductions import masked_mean, standardize
+from ..onpolicy.update import UpdateRule
 from .config import FastPPOConfig
 from .loss import analytic_kl, approx_kl, kl_adapted_lr, ppo_loss
 from .overlap import OverlapSchedule
@@ -196,8 +200,7 @@ class PPOUpdate(UpdateRule):
         ``learn_while_stepping`` a rollout's first env steps act with the policy
         one update behind, so the KL from the stored (behaviour) log-probabilities
         starts the update already at that lag; the lr rule then reads the lag as
-        movement and shrinks the lr (mjlab swing-up: median lr in the first quarter
-        of a run 1e-3 against 4.4e-3 synchronous, and 1.16x the env steps)."""
+        movement and shrinks the lr, which costs env steps (docs/design-notes.md)."""
         with torch.no_grad():
             logp, _ = self.module.evaluate_actions(self.actor_features(batch, None), batch.actions)
         return logp

@@ -5,7 +5,7 @@ from ...core.params import Param, real_pair, with_defaults
 from ...core.start_method import START_METHODS
 from ..extensions.rnd import rnd_error
 from ..extensions.symmetry import symmetry_error
-from ..onpolicy import OnPolicyConfig
+from ..onpolicy.config import OnPolicyConfig
 from ..recurrent_module import RECURRENT_HYPERPARAMETERS
 
 
@@ -21,18 +21,9 @@ class FastPPOConfig(OnPolicyConfig):
 
     # Defaults: rsl_rl's / Isaac Lab's PPO recipe (lr 1e-3 held near an epoch KL
     # of 0.01, 5 epochs x 4 minibatches, clipped value loss) at 64 envs x 64
-    # steps. Measured on the built-in tasks (seeds 0-2, env steps to the
-    # threshold, docs/defaults.md): CartPole 475 in 151k-171k (was 179k-1.0M with
-    # lr 3e-4, 4 epochs, T=32), Pendulum -200 in 123k-156k (was 345k-492k),
-    # Acrobot -100 in 134k-302k (was 122k-169k). T=32 needed similar env steps
-    # but twice the updates per step (slower on a CPU).
-    # The value clip stays (rsl_rl's 0.2, here in normalised value units): turning
-    # it off helped the built-in tasks (seeds 0-2, env steps to the threshold:
-    # CartPole 151k-171k -> 114k-134k, Acrobot 134k-302k -> 143k, Pendulum
-    # 123k-156k -> 123k-140k; candidate "ppo-no-vf-clip" in
-    # benchmarks/results/defaults_candidates.json) but on mjlab's Cartpole balance
-    # the rsl_rl-style run of tests/envs/test_mjlab.py then stopped at a mean
-    # return of 36 in 150 iterations where the clipped run reaches 45 by iteration 64.
+    # steps. The value clip stays (rsl_rl's 0.2, here in normalised value units):
+    # the classic tasks learn without it too, but the simulator tasks these
+    # defaults are for need it (docs/defaults.md has the runs behind both choices).
     HYPERPARAMETERS = {
         **with_defaults(OnPolicyConfig, lr=1e-3, grad_clip=0.5, rollout_length=64),
         "num_epochs": Param(5, "passes over each batch (= training intensity)", (int,), low=1),
@@ -57,8 +48,8 @@ class FastPPOConfig(OnPolicyConfig):
                                           (int,), low=1, optional=True),
         "simulator_start_method": Param("auto", "learn_while_stepping: how the simulator process of a registered "
                                         "env name starts ('auto': fork where the OS has it -- a copy of this "
-                                        "process, the source already imported, ~0.5 s -- else spawn, which "
-                                        "imports torch, rllib_fast and the source again: ~6 s for mjlab)",
+                                        "process, the source already imported -- else spawn, which imports "
+                                        "torch, rllib_fast and the source again)",
                                         (str,), choices=START_METHODS),
         "adaptive_lr_bounds": Param([1e-6, 1e-2], "min/max lr for adaptive-KL lr", (list, tuple),
                                     check=(lambda v: real_pair(v) and 0 < v[0] <= v[1], "[min, max] numbers, 0 < min <= max")),

@@ -1,7 +1,7 @@
 """PPO's loss terms as plain tensor functions (unit-tested on hand-computed
 numbers in ``tests/algorithms/test_losses.py``).
 
-Every mean is :func:`..onpolicy.masked_mean`: over the transitions the
+Every mean is :func:`..onpolicy.reductions.masked_mean`: over the transitions the
 weights ``w`` mark valid, divided by ``denom`` (with data-parallel learners
 the global valid count / L, so the learners' averaged gradient is the masked
 mean over all their data). ``w`` and ``denom`` None: a plain mean.
@@ -18,7 +18,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..onpolicy import masked_mean
+from ..onpolicy.reductions import masked_mean
 
 
 class PPOLossTerms(NamedTuple):

@@ -1,20 +1,19 @@
 """Learning in the simulator's shadow: FastPPO's ``learn_while_stepping``.
 
 Why: a synchronous PPO iteration alternates a rollout (the simulator busy,
-the learner idle) and an update (the learner busy, the simulator idle). On a
-CPU workstation with a real simulator the update is 10-40% of every iteration
-that the simulator spends waiting (mjlab Cartpole on 2 cores: 13-26% at 32
-steps per env, more at shorter rollouts). HTS-RL (``HTSPPO``) removes the wait
-by learning on the previous round's batch while the executors collect the
-next, at a policy lag of exactly one update; on mjlab Cartpole balance that
-cost 1.4-2.8x the env steps of synchronous PPO (docs/design-notes.md).
+the learner idle) and an update (the learner busy, the simulator idle). With a
+real simulator on a CPU workstation, the simulator spends the update's share
+of every iteration waiting. HTS-RL (``HTSPPO``) removes the wait by learning on
+the previous round's batch while the executors collect the next, at a policy
+lag of exactly one update, which costs env steps on tasks where every step's
+policy matters (docs/design-notes.md).
 
 Here the simulator steps in its own process (``step_async``/``step_wait``:
 :class:`~rllib_fast.envs.parallel.ParallelVecEnv`; a registered env name is
-put in one automatically, forked from the trial process so it starts in
-~0.5 s instead of re-importing the source: ``simulator_start_method``), and
-while it computes a batched step the learner takes minibatch steps of the
-*previous* rollout's update (``PPOUpdate.learn_steps``, a generator).
+put in one automatically, forked from the trial process so it does not
+re-import the source: ``simulator_start_method``), and while it computes a
+batched step the learner takes minibatch steps of the *previous* rollout's
+update (``PPOUpdate.learn_steps``, a generator).
 ``learn_steps_per_env_step = k`` front-loads them: k steps in the shadow of
 each env step from the rollout's first, until the update is done, so the
 policy is stale only for the first ``ceil(S / k)`` env steps of a rollout
@@ -23,31 +22,21 @@ policy is stale only for the first ``ceil(S / k)`` env steps of a rollout
 busy but leaves the policy stale longer.
 
 What decides the sample cost is how long the policy stays stale, so the
-default k = 20 puts a 5 x 4 update entirely in the first env step's shadow (a
-minibatch step of 256 samples takes ~1 ms, an mjlab step of 256 envs ~25 ms),
-and what the adaptive-KL lr reads: measured from the parameters that acted,
-an update's KL starts at the lag of those first steps and the lr is cut for
-it, so ``kl_reference='auto'`` measures it from the policy at the update's
-start when learning while stepping (``PPOUpdate._start_logp``). Measured on
-mjlab Cartpole (10 s episodes, the fast recipes, env steps to the target;
-benchmarks/results/overlap.md): balance (N=256, T=4, 5 x 4, seeds 0-7)
-synchronous median 123k, overlapped 102k (0.83x), the whole loop at 0.95 of
-the raw simulator's rate against 0.78 synchronous (11.2 s median to 9.0
-against 17.0 s); swing-up (N=128, T=8, 10 x 8, k = 20: 4 of 8 steps stale,
-seeds 0-15) 98k against 103k (1.05x), 0.91 of raw against 0.65 (17.9 s
-against 24.3 s). With the KL from the acting parameters swing-up needed 1.16x.
-Stale for longer it costs more: at T=16, k=5 (4 of 16 steps stale; 5 x 4,
-FastPPO's orthogonal init, seeds 0-1) 328k / 316k against 197k / 271k; evenly
-spread 393k / 402k.
+default k = 20 puts a 5 x 4 update entirely in the first env step's shadow
+(a minibatch step is much shorter than a batched simulator step), and what
+the adaptive-KL lr reads: measured from the parameters that acted, an
+update's KL starts at the lag of those first steps and the lr is cut for it,
+so ``kl_reference='auto'`` measures it from the policy at the update's start
+when learning while stepping (``PPOUpdate._start_logp``). What the overlap
+gains and costs per task is in benchmarks/results/overlap.md and
+docs/design-notes.md.
 
 The schedule is fixed (never timed), so a run is as deterministic as
 synchronous FastPPO. The ratio is taken against the log-probabilities the
 rollout stored, i.e. the parameters that actually acted at each step (the
-HTS-RL paper's form). Decoupled PPO (clipping around the parameters at the
+HTS-RL paper's form); decoupled PPO (clipping around the parameters at the
 update's start and weighting by pi_prox / pi_behaviour, Hilton et al. 2022)
-was measured and not adopted: CartPole 237k / 241k env steps to 475 against
-163k / 138k for this form (synchronous: 171k / 151k), and on mjlab balance
-seed 0 it did not reach 9.0 in 430k.
+needed more env steps (docs/design-notes.md).
 
 State between iterations: the batch whose update the next rollout carries
 (``FastPPO.pending``), checkpointed, so a restore continues exactly. The first
@@ -60,7 +49,7 @@ from typing import Any, Dict, Generator, Optional
 
 import torch
 
-from ..onpolicy import OnPolicyBatch
+from ..onpolicy.batch import OnPolicyBatch
 
 
 class OverlapSchedule:

@@ -29,7 +29,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from ...core.memory import RecurrentMemory
-from ..onpolicy import OnPolicyBatch
+from ..onpolicy.batch import OnPolicyBatch
 from ..recurrent_module import Memories, RecurrentActorCriticModule, Sequences
 
 

@@ -7,7 +7,8 @@ from typing import Optional
 
 import torch
 
-from ..onpolicy import OnPolicyBatch, standardize
+from ..onpolicy.batch import OnPolicyBatch
+from ..onpolicy.reductions import standardize
 from .loss import PPOLossTerms, approx_kl, ppo_loss
 
 

@@ -3,7 +3,7 @@ import threading
 
 import torch
 
-from rllib_fast.core.async_adam import ChunkedParameterStore, MultiStepAdam
+from rllib_fast.algorithms.appo.async_adam import ChunkedParameterStore, MultiStepAdam
 
 
 def test_one_learner_multistep_adam_equals_serial_adam():

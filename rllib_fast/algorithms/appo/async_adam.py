@@ -123,7 +123,7 @@ class MultiStepAdam:
     ``store`` is anything with ``pull()`` and ``sync(acc_s, acc_g, acc_g2, n,
     betas)`` returning ``(theta, m, v, step)``: a :class:`ChunkedParameterStore`
     in this process (threads) or a client of the parameter-server actor
-    (:mod:`rllib_fast.core.param_server`). Local state lives on ``device`` (the
+    (:mod:`rllib_fast.algorithms.appo.param_server`). Local state lives on ``device`` (the
     learner's GPU in the paper: pull to the GPU, step there, write back).
     """
 

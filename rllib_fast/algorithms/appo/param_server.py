@@ -6,7 +6,7 @@ split into chunks with one lock each. Here that host is a threaded Ray actor
 the same time and the chunk locks of :class:`ChunkedParameterStore` are what
 keeps every update (tested with concurrent writers). Learners reach it through
 :class:`RemoteStoreClient`, which has the same ``pull``/``sync`` interface as a
-local store, so :class:`~rllib_fast.core.async_adam.MultiStepAdam` does not
+local store, so :class:`~rllib_fast.algorithms.appo.async_adam.MultiStepAdam` does not
 care whether it runs in a thread next to the store or on another node.
 """
 from __future__ import annotations
