@@ -52,6 +52,7 @@ BUILT_ON = {
     "algorithms.appo": {"algorithms.ppo", "algorithms.a2c"},   # asynchronous learners run FastPPO's/FastA2C's update
     "algorithms.hts": {"algorithms.ppo", "algorithms.a2c"},    # HTS-RL's rounds over PPO's and A2C's update
     "algorithms.pop_ppo": {"algorithms.ppo"},                  # FastPPO's loss, lr rule and update per member
+    "algorithms.distillation": {"algorithms.ppo"},             # a recurrent student acts as recurrent FastPPO does
 }
 
 
