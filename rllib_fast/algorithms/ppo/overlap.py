@@ -49,6 +49,11 @@ was measured and not adopted: CartPole 237k / 241k env steps to 475 against
 163k / 138k for this form (synchronous: 171k / 151k), and on mjlab balance
 seed 0 it did not reach 9.0 in 430k.
 
+Where an iteration's time goes is logged per iteration as
+``timers/overlap/*`` (:class:`ShadowMeter`): the simulator's busy fraction from
+its own counters, the learner's wait and update fractions, and the cores both
+processes used.
+
 State between iterations: the batch whose update the next rollout carries
 (``FastPPO.pending``), checkpointed, so a restore continues exactly. The first
 iteration has nothing to learn; each rollout's batch is learned during the
