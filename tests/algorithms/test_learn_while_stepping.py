@@ -250,3 +250,11 @@ def test_the_shadow_meter_reports_how_busy_each_process_was():
         assert meter["update_fraction"] > 0.0 and meter["cores"] > 0.0
     finally:
         algo.stop()
+
+
+def test_the_shadow_meter_reports_nothing_for_a_simulator_without_counters():
+    from rllib_fast.algorithms.ppo.overlap import ShadowMeter
+
+    meter = ShadowMeter(env=object())     # an env with step_async/step_wait but no worker_activity
+    meter.start()
+    assert meter.stop() == {}
