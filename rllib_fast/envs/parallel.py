@@ -382,6 +382,8 @@ class ParallelVecEnv(TensorVecEnv):
         lay.add("seed", (W,), np.int64)
         for f in ("has_seed", "has_final", "valid_none", "status"):
             lay.add(f, (W,), np.int8)
+        for f in ("busy_s", "cpu_s"):
+            lay.add(f, (W,), np.float64)
         res = self._res
         res.shm = shared_memory.SharedMemory(create=True, size=lay.size)
         res.views = self._v = lay.views(res.shm.buf)
@@ -586,6 +588,16 @@ class ParallelVecEnv(TensorVecEnv):
             for key, value in metrics.items():
                 merged.setdefault(key, []).append(float(value))
         return {key: sum(values) / len(values) for key, values in merged.items()}
+
+    def worker_activity(self) -> Dict[str, np.ndarray]:
+        """Seconds each worker has spent running commands since it started:
+        ``busy_s`` (wall) and ``cpu_s`` (the worker process's CPU time), ``[W]``
+        copies. A worker adds to them before it signals a command done, so they are
+        exact whenever no step is in flight. Differences over an interval tell how
+        busy the simulator was (e.g. FastPPO's ``learn_while_stepping`` meter); this
+        is a host read of shared memory, no device work."""
+        self._check_usable()
+        return {"busy_s": self._v["busy_s"].copy(), "cpu_s": self._v["cpu_s"].copy()}
 
     def randomize_episode_progress(self) -> None:
         """Spread the episode clocks of every worker's source (a no-op in a

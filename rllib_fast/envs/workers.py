@@ -144,11 +144,16 @@ def _serve(w: int, env: TensorVecEnv, conn: Any, cmd_sem: Any, done_sem: Any, bu
             _write_rows(states_v, env.states.reshape(states_v.shape))
 
     cmd, seeds, has_seed, has_final, valid_none = v["cmd"], v["seed"], v["has_seed"], v["has_final"], v["valid_none"]
+    # what this worker spent running commands (wall and CPU seconds), read by the main
+    # process between steps to see how busy the simulator is (ParallelVecEnv.worker_activity)
+    busy_s, cpu_s = v["busy_s"], v["cpu_s"]
+    clock, cpu_clock = time.perf_counter, time.process_time
     while True:
         if not spin_acquire(cmd_sem, spin_s):
             while not cmd_sem.acquire(timeout=1.0):
                 if not _parent_alive(ppid):
                     return
+        started, cpu_started = clock(), cpu_clock()
         c = int(cmd[w])
         if c == CMD_STEP:
             out = env.step(torch.from_numpy(actions_v.copy()))
@@ -193,6 +198,8 @@ def _serve(w: int, env: TensorVecEnv, conn: Any, cmd_sem: Any, done_sem: Any, bu
             return
         else:
             raise RuntimeError(f"unknown command {c}")
+        busy_s[w] += clock() - started
+        cpu_s[w] += cpu_clock() - cpu_started
         done_sem.release()
 
 

@@ -231,3 +231,30 @@ def test_update_start_kl_reads_this_updates_movement_not_the_acting_lag():
         assert kls["update_start"] < 1e-6, kls
     finally:
         algo.stop()
+
+
+def test_the_shadow_meter_reports_how_busy_each_process_was():
+    algo = _config().build_algo()
+    try:
+        before = algo.env.worker_activity()
+        for _ in range(3):
+            result = algo.train()
+        after = algo.env.worker_activity()
+        # the simulator's counters grow with its work (wall >= 0, CPU > 0 after 24 steps)
+        assert (after["busy_s"] > before["busy_s"]).all() and (after["cpu_s"] > before["cpu_s"]).all()
+        meter = result["timers"]["overlap"]
+        assert set(meter) == {"simulator_busy_fraction", "learner_wait_fraction", "update_fraction", "cores"}
+        # fractions of the iteration's wall time; two processes use at most ~2 cores each
+        for key in ("simulator_busy_fraction", "learner_wait_fraction", "update_fraction"):
+            assert 0.0 <= meter[key] <= 1.0 + 1e-6, (key, meter[key])
+        assert meter["update_fraction"] > 0.0 and meter["cores"] > 0.0
+    finally:
+        algo.stop()
+
+
+def test_the_shadow_meter_reports_nothing_for_a_simulator_without_counters():
+    from rllib_fast.algorithms.ppo.overlap import ShadowMeter
+
+    meter = ShadowMeter(env=object())     # an env with step_async/step_wait but no worker_activity
+    meter.start()
+    assert meter.stop() == {}

@@ -470,3 +470,16 @@ def test_critic_states_cross_the_process_boundary():
     finally:
         env.close()
         ref.close()
+
+
+def test_worker_activity_counts_the_seconds_each_worker_ran_commands(par):
+    env, _ = par
+    before = env.worker_activity()
+    assert set(before) == {"busy_s", "cpu_s"} and before["busy_s"].shape == (2,)
+    for a in action_seq(20, 6):
+        env.step(a)
+    after = env.worker_activity()
+    assert (after["busy_s"] > before["busy_s"]).all()      # every worker stepped
+    assert (after["cpu_s"] >= before["cpu_s"]).all()
+    after["busy_s"][:] = -1.0                               # a copy, not the shared counters
+    assert (env.worker_activity()["busy_s"] >= 0).all()

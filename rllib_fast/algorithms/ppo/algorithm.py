@@ -14,6 +14,7 @@ reduction at the end of an iteration.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Generator, Optional, Tuple
 
@@ -32,7 +33,7 @@ from ..onpolicy.reductions import masked_mean, standardize
 from ..onpolicy.update import UpdateRule
 from .config import FastPPOConfig
 from .loss import analytic_kl, approx_kl, kl_adapted_lr, ppo_loss
-from .overlap import OverlapSchedule
+from .overlap import OverlapSchedule, ShadowMeter
 from .recurrent import RecurrentActing, SequenceMinibatches
 from .symmetric import symmetric_ppo_loss
 
@@ -327,6 +328,7 @@ class FastPPO(RecurrentActing, OnPolicyAlgorithm):
                                          {k: (tuple(v.shape[2:]), v.dtype) for k, v in st.data.items()}, self.device)
             self._schedule = OverlapSchedule(self.horizon, self.config.learn_steps_per_env_step)
             self._env_step_index = 0
+            self._meter = ShadowMeter(self.env)
 
     def make_update_rule(self) -> UpdateRule:
         rule = super().make_update_rule()
@@ -388,6 +390,7 @@ class FastPPO(RecurrentActing, OnPolicyAlgorithm):
             self._schedule.begin(self.update_rule, self.pending, s.num_epochs * s.num_minibatches)
             trained = self.pending.advantages.shape[0]
         self._env_step_index = 0
+        self._meter.start()
         with self.metrics.log_time(("timers", "rollout")):   # the pending update runs inside it
             self._rollout()
         with self.metrics.log_time(("timers", "learn")):
@@ -397,6 +400,8 @@ class FastPPO(RecurrentActing, OnPolicyAlgorithm):
             self.pending = batch
         for key, value in (stats or {}).items():
             self.log_learner(key, value)
+        for key, value in self._meter.stop().items():
+            self.metrics.log_value(("timers", "overlap", key), value, window=20)
         self.tracker.log_to(self.metrics)
         self.log_env_steps(self.horizon * self.env.num_envs)
         if trained:
@@ -407,10 +412,16 @@ class FastPPO(RecurrentActing, OnPolicyAlgorithm):
     def _step_env(self, actions: torch.Tensor) -> Step:
         if not self._schedule_active():
             return self.env.step(actions)
+        meter, clock = self._meter, time.perf_counter
         self.env.step_async(actions)
+        started = clock()
         self._schedule.work(self._env_step_index)   # while the simulator computes the step
+        learned = clock()
         self._env_step_index += 1
-        return self.env.step_wait()
+        step = self.env.step_wait()
+        meter.update_s += learned - started
+        meter.wait_s += clock() - learned
+        return step
 
     def _schedule_active(self) -> bool:
         return self.config.learn_while_stepping and self._schedule.active
