@@ -83,11 +83,15 @@ def tiny_teacher(env: str) -> str:
     return _TEACHERS[env]
 
 
-def build_tiny(name: str, seed: int = 0):
-    """(algorithm, env) built on the first built-in task the algorithm accepts."""
+def build_tiny(name: str, seed: int = 0, default_decorrelation: bool = False):
+    """(algorithm, env) built on the first built-in task the algorithm accepts; with
+    ``default_decorrelation`` the start-state decorrelation stays at its default (on)
+    where the algorithm has one, instead of the tiny configs' 0."""
     errors = []
     for env in ENVS:
         cfg = tiny_config(name, env, seed)
+        if default_decorrelation and "decorrelate_steps" in cfg.hyperparameter_spec():
+            cfg.decorrelate_steps = None
         try:
             cfg.validate()
             return cfg.build_algo(), env
