@@ -39,3 +39,16 @@ def isolated_run(tmp_path, monkeypatch):
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+@pytest.fixture
+def aot_eager(monkeypatch):
+    """torch.compile with the ``aot_eager`` backend for the test: dynamo's capture and the
+    AOTAutograd forward/backward split as inductor runs them, without inductor's code
+    generation (what the compile tests check; see tests/algorithms/test_compile.py)."""
+    from rllib_fast.core import compile as compile_mod
+
+    monkeypatch.setattr(compile_mod, "BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
