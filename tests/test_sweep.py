@@ -11,7 +11,6 @@
 A sweep whose driver is killed and resumed: tests/test_sweep_resume.py.
 """
 import json
-import os
 from pathlib import Path
 
 import pytest

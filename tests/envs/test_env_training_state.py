@@ -5,7 +5,6 @@ velocity task (its command-range curriculum), on CPU."""
 import rllib_fast  # noqa: F401  (registers everything first)
 
 import pytest
-import torch
 
 from rllib_fast.envs.base import TensorVecEnv
 
