@@ -25,6 +25,11 @@ TINY = {
     "target_update_period": 8, "elite_size": 1, "num_elites": 1,
 }
 ENVS = ("CartPole", "Pendulum")
+#: What build_tiny adds to the tiny configs where one training iteration would still run
+#: whole episodes: a CEMRL generation evaluates its members over full episodes (Pendulum's
+#: 200 steps) unless cut. Set by build_tiny, not tiny_config, so the fingerprints
+#: (tests/fingerprints.py) stay those of the tiny configs.
+SHORT_ITERATIONS = {"cem_max_episode_steps": 16}
 
 # Extra runs of a registered algorithm with settings the tiny defaults leave off:
 # case name -> (algorithm, overrides). The adaptive-KL lr lives in the optimizer
@@ -83,11 +88,19 @@ def tiny_teacher(env: str) -> str:
     return _TEACHERS[env]
 
 
-def build_tiny(name: str, seed: int = 0):
-    """(algorithm, env) built on the first built-in task the algorithm accepts."""
+def build_tiny(name: str, seed: int = 0, default_decorrelation: bool = False):
+    """(algorithm, env) built on the first built-in task the algorithm accepts, with
+    ``SHORT_ITERATIONS``; with ``default_decorrelation`` the start-state decorrelation
+    stays at its default (on) where the algorithm has one, instead of the tiny configs' 0."""
     errors = []
     for env in ENVS:
         cfg = tiny_config(name, env, seed)
+        spec = cfg.hyperparameter_spec()
+        for key, value in SHORT_ITERATIONS.items():
+            if key in spec:
+                setattr(cfg, key, value)
+        if default_decorrelation and "decorrelate_steps" in spec:
+            cfg.decorrelate_steps = None
         try:
             cfg.validate()
             return cfg.build_algo(), env

@@ -1,6 +1,6 @@
 """Session-wide test settings.
 
-Ray: see ``RAY_ADDRESS`` below.
+Ray: see ``RAY_ADDRESS`` below; mjlab/Warp: see ``WARP_CACHE_PATH`` below.
 
 One torch thread: the networks under test are small, and on a 2-core machine
 torch's intra-op thread pool makes every small op wait on the other thread,
@@ -19,6 +19,13 @@ torch.set_num_threads(1)
 # want a cluster pass its address explicitly.
 os.environ.setdefault("RAY_ADDRESS", "local")
 
+# Warp (mjlab's MuJoCo Warp) compiles its kernels on first use and caches them on disk.
+# One cache for every test that builds an mjlab env, set before anything imports warp:
+# the checkout's ignored build/ folder. A test file that built its first mjlab env
+# with warp's default cache instead would compile the same kernels a second time.
+os.environ.setdefault("WARP_CACHE_PATH", os.path.join(os.path.dirname(__file__), "..", "build", "warp-cache"))
+os.environ.setdefault("MJLAB_WARP_QUIET", "1")
+
 
 @pytest.fixture
 def isolated_run(tmp_path, monkeypatch):
@@ -31,3 +38,16 @@ def isolated_run(tmp_path, monkeypatch):
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+@pytest.fixture
+def aot_eager(monkeypatch):
+    """torch.compile with the ``aot_eager`` backend for the test: dynamo's capture and the
+    AOTAutograd forward/backward split as inductor runs them, without inductor's code
+    generation (what the compile tests check; see tests/algorithms/test_compile.py)."""
+    from rllib_fast.core import compile as compile_mod
+
+    monkeypatch.setattr(compile_mod, "BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

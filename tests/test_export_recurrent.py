@@ -14,7 +14,22 @@ from rllib_fast.export import export_checkpoint, export_policy
 onnxruntime = pytest.importorskip("onnxruntime")
 
 
-def _trained(rnn_type):
+@pytest.fixture(scope="module")
+def trained():
+    """``trained(rnn_type)``: a recurrent FastPPO on velocity-masked Pendulum after one
+    iteration, built once per module and type (exporting and evaluating leave it as it was)."""
+    algos = {}
+
+    def get(rnn_type):
+        if rnn_type not in algos:
+            algos[rnn_type] = _train(rnn_type)
+        return algos[rnn_type]
+    yield get
+    for algo in algos.values():
+        algo.stop()
+
+
+def _train(rnn_type):
     algo = (FastPPOConfig().environment("Pendulum", num_envs=8, env_config={"mask_velocity": True})
             .training(rollout_length=16, rnn_type=rnn_type, rnn_hidden_size=16, rnn_num_layers=2,
                       hidden_sizes=[16], num_minibatches=2, num_epochs=2)
@@ -24,8 +39,8 @@ def _trained(rnn_type):
 
 
 @pytest.mark.parametrize("rnn_type", ["lstm", "gru"])
-def test_exported_recurrent_policy_acts_as_forward_inference_over_episodes(rnn_type, tmp_path):
-    algo = _trained(rnn_type)
+def test_exported_recurrent_policy_acts_as_forward_inference_over_episodes(rnn_type, tmp_path, trained):
+    algo = trained(rnn_type)
     module = algo.get_module()
     onnx_path = export_policy(algo, tmp_path / "policy.onnx", "onnx")
     ts_path = export_policy(algo, tmp_path / "policy.pt", "torchscript")
@@ -65,17 +80,15 @@ def test_exported_recurrent_policy_acts_as_forward_inference_over_episodes(rnn_t
         ts_states = [s * keep.view(1, n, 1) for s in ts_states]
         obs = step.obs
     assert episodes == 2 * n
-    algo.stop()
 
 
-def test_recurrent_checkpoint_exports_and_evaluates(tmp_path):
+def test_recurrent_checkpoint_exports_and_evaluates(tmp_path, trained):
     from rllib_fast.tune.run import evaluate_checkpoint
 
-    algo = _trained("gru")
+    algo = trained("gru")
     ckpt = tmp_path / "ckpt"
     algo.save_to_path(str(ckpt))
     expected = algo.evaluate()["env_runners"]
-    algo.stop()
     path = export_checkpoint(ckpt, "onnx")
     assert [i.name for i in onnxruntime.InferenceSession(path).get_inputs()] == ["obs", "h_in"]
     res = evaluate_checkpoint(str(ckpt), episodes=4)

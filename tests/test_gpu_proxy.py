@@ -128,17 +128,7 @@ def test_no_host_sync_in_rollout_or_minibatch_loop(gp, arm):
 
 
 # ------------------------------------------------------------------ one graph each (what CUDA graphs need)
-@pytest.fixture
-def aot_eager(monkeypatch):
-    """dynamo + AOTAutograd as inductor runs them, without code generation (fast on 2 cores)."""
-    from rllib_fast.core import compile as compile_mod
-
-    monkeypatch.setattr(compile_mod, "BACKEND", "aot_eager")
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
+# (the ``aot_eager`` fixture: tests/conftest.py)
 @pytest.mark.parametrize("env", ["Pendulum", "CartPole"])
 def test_act_step_and_whole_minibatch_step_are_one_graph_each(aot_eager, env):
     from rllib_fast.algorithms.onpolicy.batch import OnPolicyBatch

@@ -19,22 +19,15 @@ import pytest
 import torch
 
 from rllib_fast.algorithms import ALGORITHMS
-from tests._resume_worker import VARIANTS, build_tiny, counters, params, tiny_config
+from tests._resume_worker import VARIANTS, build_tiny, counters, params
 
 K = 2
 EXACT = [n for n in [*ALGORITHMS, *VARIANTS] if getattr(ALGORITHMS[VARIANTS.get(n, (n,))[0]], "RESUME_EXACT", True)]
 
 
 def _build(name, seed=0):
-    """A tiny config of ``name`` with the start-state decorrelation at its default."""
-    algo, env = build_tiny(name, seed)
-    if "decorrelate_steps" not in algo.config.hyperparameter_spec():
-        return algo
-    algo.stop()
-    cfg = tiny_config(name, env, seed)
-    cfg.decorrelate_steps = None   # the default: decorrelation on
-    cfg.validate()
-    return cfg.build_algo()
+    """A tiny config of ``name`` with the start-state decorrelation at its default (on)."""
+    return build_tiny(name, seed, default_decorrelation=True)[0]
 
 
 def _same(p, q):

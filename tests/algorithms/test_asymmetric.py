@@ -445,12 +445,6 @@ def _mjlab_available() -> bool:
 @pytest.mark.skipif(not _mjlab_available(), reason="needs mjlab")
 @pytest.mark.parametrize("name", ["FastPPO", "DDPGN"])
 def test_mjlab_go1_critic_reads_the_critic_group(name):
-    import os
-
-    # Warp's kernel cache inside the checkout's ignored build/ folder (as tests/envs/test_mjlab.py)
-    os.environ.setdefault("WARP_CACHE_PATH", os.path.join(os.path.dirname(__file__), "..", "..", "build",
-                                                          "warp-cache"))
-    os.environ.setdefault("MJLAB_WARP_QUIET", "1")
     cfg = CONFIGS[name]().environment("mjlab:Mjlab-Velocity-Flat-Unitree-Go1", num_envs=4).debugging(seed=0)
     if name == "FastPPO":
         cfg.training(rollout_length=8, num_minibatches=2, num_epochs=1, decorrelate_steps=0)

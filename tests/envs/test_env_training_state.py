@@ -2,17 +2,11 @@
 mjlab's ``common_step_counter``, which schedules its curricula, is saved and restored, so a
 resumed run continues the curriculum instead of restarting it. Against the real mjlab Go1
 velocity task (its command-range curriculum), on CPU."""
-import os
+import rllib_fast  # noqa: F401  (registers everything first)
 
-os.environ.setdefault("WARP_CACHE_PATH", os.path.join(os.path.dirname(__file__), "..", "..", "build", "warp-cache"))
-os.environ.setdefault("MJLAB_WARP_QUIET", "1")
+import pytest
 
-import rllib_fast  # noqa: E402,F401  (registers everything first)
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from rllib_fast.envs.base import TensorVecEnv  # noqa: E402
+from rllib_fast.envs.base import TensorVecEnv
 
 pytest.importorskip("mjlab")
 

@@ -1,7 +1,6 @@
 """Partially observed tasks: the built-in CartPole/Pendulum with ``mask_velocity`` and mjlab's
 Cartpole with ``drop_actor_terms`` hide the velocities from the policy's observation and expose
 the full observation as the privileged ``states`` (what an asymmetric critic or a teacher reads)."""
-import os
 
 import pytest
 import torch
@@ -34,7 +33,6 @@ def test_mask_velocity_is_cartpoles_and_pendulums():
 
 
 def test_mjlab_cartpole_without_actor_velocities():
-    os.environ.setdefault("MJLAB_WARP_QUIET", "1")
     pytest.importorskip("mjlab")
     env = registry.make("mjlab:Mjlab-Cartpole-Balance", num_envs=4, seed=0,
                         drop_actor_terms=["cart_vel", "pole_vel"])

@@ -1,23 +1,17 @@
 """mjlab source (rllib_fast/envs/mjlab.py) against the real mjlab 1.6 (MuJoCo Warp on
 CPU): the tensor contract step by step on Cartpole and Go1, exact terminal
 observations checked against a twin env that is never reset, and learning."""
+import rllib_fast  # noqa: F401  (registers everything first)
+
+import math
 import os
 
-# Warp compiles its kernels on first use; keep the cache inside the checkout's ignored
-# build/ folder (must be set before warp is imported, i.e. before the first mjlab env).
-os.environ.setdefault("WARP_CACHE_PATH", os.path.join(os.path.dirname(__file__), "..", "..", "build", "warp-cache"))
-os.environ.setdefault("MJLAB_WARP_QUIET", "1")
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
 
-import rllib_fast  # noqa: E402,F401  (registers everything first)
-
-import math  # noqa: E402
-
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from rllib_fast.envs import make, validate_env  # noqa: E402
+from rllib_fast.envs import make, validate_env
 
 pytest.importorskip("mjlab")
 

@@ -1,21 +1,16 @@
 """PopPPO on the real mjlab simulator (MuJoCo Warp on CPU): K members on one shared env,
 the Go1 critic group as the members' asymmetric critic input, PBT rounds, checkpoint and
 exact restore."""
-import os
+import rllib_fast  # noqa: F401
 
-os.environ.setdefault("WARP_CACHE_PATH", os.path.join(os.path.dirname(__file__), "..", "..", "build", "warp-cache"))
-os.environ.setdefault("MJLAB_WARP_QUIET", "1")
+import math
 
-import rllib_fast  # noqa: E402,F401
-
-import math  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
 pytest.importorskip("mjlab")
 
-from rllib_fast.core.stacked import member_tensors  # noqa: E402
+from rllib_fast.core.stacked import member_tensors
 
 CARTPOLE = "mjlab:Mjlab-Cartpole-Balance"
 GO1 = "mjlab:Mjlab-Velocity-Flat-Unitree-Go1"
