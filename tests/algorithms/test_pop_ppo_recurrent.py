@@ -17,7 +17,7 @@ from rllib_fast.algorithms.ppo.algorithm import PPOUpdate
 from rllib_fast.algorithms.recurrent_module import Memories, RecurrentActorCriticModule, Sequences
 from rllib_fast.core.memory import RecurrentMemory
 from rllib_fast.core.stacked import member_tensors
-from rllib_fast.core.stacked_memory import StackedRecurrentMemory
+from rllib_fast.algorithms.pop_ppo.stacked_memory import StackedRecurrentMemory
 
 MASKED = {"mask_velocity": True}
 

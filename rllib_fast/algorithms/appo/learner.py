@@ -87,7 +87,7 @@ class CentralStoreSync:
         self.optimizer = MultiStepAdamOptimizer(algo.params, core)  # writes the central parameters in
         self.sync_every = cfg.sync_every
         self.pull_every = cfg.pull_every_sampling_steps
-        self.stats = {"syncs": 0, "pulls": 0, "staleness": 0}
+        self.counters = {"syncs": 0, "pulls": 0, "staleness": 0}
 
     @property
     def core(self) -> MultiStepAdam:
@@ -100,7 +100,7 @@ class CentralStoreSync:
     def after_sampling_step(self, t: int) -> None:
         if self.pull_every is not None and (t + 1) % self.pull_every == 0 and self.core.n_local == 0:
             self.pull()
-            self.stats["pulls"] += 1
+            self.counters["pulls"] += 1
 
     def after_learn(self) -> None:
         if self.core.n_local:
@@ -111,9 +111,9 @@ class CentralStoreSync:
         self.core.pull()
         self.optimizer.write_params()
 
-    def take_stats(self) -> Dict[str, int]:
+    def take_counters(self) -> Dict[str, int]:
         """The counts since the last call (and reset them)."""
-        out, self.stats = self.stats, {k: 0 for k in self.stats}
+        out, self.counters = self.counters, {k: 0 for k in self.counters}
         return out
 
     def _sync(self) -> None:
@@ -121,8 +121,8 @@ class CentralStoreSync:
         t_before = core.t
         core.sync()
         # central steps taken by *other* learners since this learner's last pull
-        self.stats["staleness"] += core.t - t_before
-        self.stats["syncs"] += 1
+        self.counters["staleness"] += core.t - t_before
+        self.counters["syncs"] += 1
         self.optimizer.write_params()
 
 
@@ -166,7 +166,7 @@ class AsyncLearnerActor(LearnerActor):
             "episodes_in_window": float(algo.tracker.filled),
             "num_episodes": int(results.get(ENV_RUNNER_RESULTS, {}).get(NUM_EPISODES, 0)),
             "learner": learner,
-            "async": self.sync.take_stats(),
+            "async": self.sync.take_counters(),
             "buffers": {k: v.detach().cpu().clone() for k, v in algo.module.named_buffers()},
         }
         return out

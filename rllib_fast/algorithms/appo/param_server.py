@@ -47,7 +47,7 @@ class ParameterServer:
         self.store.load_state_dict(state)
         self.num_syncs = int(state.get("num_syncs", 0))
 
-    def stats(self) -> dict:
+    def counters(self) -> dict:
         return {"step": self.store.step, "num_syncs": self.num_syncs, "num_chunks": len(self.store.chunks),
                 "num_parameters": int(self.store.theta.numel())}
 

@@ -44,7 +44,7 @@ from ...core.algorithm import FastAlgorithm
 from ...core.compile import compiled
 from ...core.rollout import RolloutStorage, compute_gae
 from ...core.stacked import copy_members
-from ...core.stacked_memory import StackedRecurrentMemory
+from .stacked_memory import StackedRecurrentMemory
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
 from ..extensions.symmetry import make_symmetry

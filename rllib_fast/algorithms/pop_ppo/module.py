@@ -31,7 +31,7 @@ from ...core.nets import mlp
 from ...core.normalize import RunningMeanStd
 from ...core.policy_module import live_module
 from ...core.stacked import StackedMLP, member_tensors
-from ...core.stacked_memory import StackedRecurrentMemory
+from .stacked_memory import StackedRecurrentMemory
 from ..actor_critic import ActorCriticModule
 from ..population.module import PopulationPolicyModule
 from ..recurrent_module import Memories, RecurrentActorCriticModule, recurrent_model_config

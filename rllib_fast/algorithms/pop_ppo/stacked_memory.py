@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .memory import RecurrentMemory, cell_update
+from ...core.memory import RecurrentMemory, cell_update
 
 
 class StackedRecurrentMemory(nn.Module):
