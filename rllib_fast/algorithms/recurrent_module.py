@@ -81,7 +81,41 @@ class Sequences(NamedTuple):
     horizon: int                      # T
 
 
-class RecurrentActorCriticModule(ActorCriticModule):
+class MemoryParts:
+    """What an actor-critic holding an optional actor memory (``pi_memory``) and
+    critic memory (``vf_memory``) does with them; shared by FastPPO's recurrent
+    module and PopPPO's stacked one (whose memories carry a leading member axis,
+    which passes through unchanged)."""
+
+    pi_memory: Optional[Any]
+    vf_memory: Optional[Any]
+
+    def initial_memories(self, batch: int, device=None) -> Memories:
+        """Zero states for ``batch`` envs (per member, for stacked memories)."""
+        return Memories(*(None if m is None else m.initial_state(batch, device)
+                          for m in (self.pi_memory, self.vf_memory)))
+
+    def actor_step(self, obs_n: torch.Tensor, memory: Optional[torch.Tensor]):
+        """The actor's MLP input for one step of normalised observations ``[..., B, D]``
+        and the actor's next memory state (identity without an actor memory)."""
+        if self.pi_memory is None:
+            return obs_n, memory
+        return self.pi_memory.step(obs_n, memory)
+
+    def actor_sequence(self, obs_n: torch.Tensor, memory: Optional[torch.Tensor], starts: torch.Tensor):
+        """The actor's MLP inputs ``[..., T, B, *]`` for a replayed sequence ``[..., T, B, D]``."""
+        if self.pi_memory is None:
+            return obs_n
+        return self.pi_memory.unroll(obs_n, memory, starts)[0]
+
+    def critic_sequence(self, critic_in: torch.Tensor, memory: Optional[torch.Tensor], starts: torch.Tensor):
+        """The critic's MLP inputs ``[..., T, B, *]`` for a replayed sequence of prepared critic inputs."""
+        if self.vf_memory is None:
+            return critic_in
+        return self.vf_memory.unroll(critic_in, memory, starts)[0]
+
+
+class RecurrentActorCriticModule(MemoryParts, ActorCriticModule):
     """:class:`ActorCriticModule` with a :class:`~rllib_fast.core.memory.RecurrentMemory`
     (``pi_memory``, ``vf_memory``) in front of the actor's and/or the critic's MLP.
 
@@ -111,31 +145,7 @@ class RecurrentActorCriticModule(ActorCriticModule):
     def critic_parameter_names(self) -> Tuple[str, ...]:
         return ("vf.", "vf_memory.")
 
-    # -- memory states ---------------------------------------------------------------------
-    def initial_memories(self, batch: int, device=None) -> Memories:
-        """Zero states for ``batch`` envs."""
-        return Memories(*(None if m is None else m.initial_state(batch, device)
-                          for m in (self.pi_memory, self.vf_memory)))
-
-    def actor_step(self, obs_n: torch.Tensor, memory: Optional[torch.Tensor]):
-        """The actor's MLP input for one step of normalised observations ``[B, D]``
-        and the actor's next memory state (identity without an actor memory)."""
-        if self.pi_memory is None:
-            return obs_n, memory
-        return self.pi_memory.step(obs_n, memory)
-
-    def actor_sequence(self, obs_n: torch.Tensor, memory: Optional[torch.Tensor], starts: torch.Tensor):
-        """The actor's MLP inputs ``[T, B, *]`` for a replayed sequence ``[T, B, D]``."""
-        if self.pi_memory is None:
-            return obs_n
-        return self.pi_memory.unroll(obs_n, memory, starts)[0]
-
-    def critic_sequence(self, critic_in: torch.Tensor, memory: Optional[torch.Tensor], starts: torch.Tensor):
-        """The critic's MLP inputs ``[T, B, *]`` for a replayed sequence of prepared critic inputs."""
-        if self.vf_memory is None:
-            return critic_in
-        return self.vf_memory.unroll(critic_in, memory, starts)[0]
-
+    # -- acting with memory ------------------------------------------------------------------
     def act(self, obs: torch.Tensor, memory: Optional[torch.Tensor], deterministic: bool = False):
         """Raw observations ``[B, ...]`` -> (action in policy units, its log-probability,
         env action, next actor memory): one step of the policy."""

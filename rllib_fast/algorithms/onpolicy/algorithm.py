@@ -27,7 +27,7 @@ from ..asymmetric import current_states, final_states, state_dim, step_states
 from ..recurrent_module import actor_critic_class, recurrent_model_config
 from .batch import OnPolicyBatch, Targets
 from .collectives import LOCAL_PARAMETERS, LearnerCollectives, ParamSync
-from .config import DECORRELATION_BUDGET, resolve_normalize_obs
+from .config import decorrelation_horizon, resolve_normalize_obs
 from .update import UpdateRule
 
 
@@ -129,12 +129,10 @@ class OnPolicyAlgorithm(FastAlgorithm):
         limit, while on a slow simulator with long episodes the budget keeps
         the phase from taking a large share of a run. The first, partial
         episode of each env is not counted in the episode statistics."""
-        k_max = self.config.decorrelate_steps
-        n = self.env.num_envs
-        if k_max is None:
-            k_max = min(self.env.max_episode_steps or 100, max(1, DECORRELATION_BUDGET // n))
-        elif k_max <= 0:
+        k_max = decorrelation_horizon(self.config.decorrelate_steps, self.env)
+        if k_max == 0:
             return
+        n = self.env.num_envs
         if hasattr(self.env, "randomize_episode_progress"):
             self.env.randomize_episode_progress()
         k = torch.randint(0, k_max + 1, (n,), device=self.device)

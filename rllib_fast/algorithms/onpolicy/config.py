@@ -3,7 +3,7 @@
 two of them resolve to at build time."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from ...core.compile import COMPILE
 from ...core.config import FastConfig
@@ -13,6 +13,15 @@ from ..asymmetric import ASYMMETRIC_CRITIC
 
 #: env steps the default start-state decorrelation may cost at most (over this learner's envs)
 DECORRELATION_BUDGET = 32_768
+
+
+def decorrelation_horizon(setting: Optional[int], env: Any) -> int:
+    """K of the start-state decorrelation (``decorrelate_steps``): the setting, or for
+    None the time limit (or 100) capped at ``DECORRELATION_BUDGET / N`` env steps per
+    env; 0 or less means no decorrelation phase."""
+    if setting is None:
+        return min(env.max_episode_steps or 100, max(1, DECORRELATION_BUDGET // env.num_envs))
+    return max(0, int(setting))
 
 
 def resolve_normalize_obs(setting: Any, env: Any) -> bool:

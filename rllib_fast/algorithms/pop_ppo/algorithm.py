@@ -48,7 +48,7 @@ from .stacked_memory import StackedRecurrentMemory
 from ...core.state import StateAdapter
 from ..asymmetric import current_states, final_states, state_dim, step_states
 from ..extensions.symmetry import make_symmetry
-from ..onpolicy.config import DECORRELATION_BUDGET, resolve_normalize_obs
+from ..onpolicy.config import decorrelation_horizon, resolve_normalize_obs
 from ..onpolicy.reductions import standardize
 from ..population.pbt import InTrialPBT
 from ..ppo.algorithm import PPOUpdate
@@ -226,12 +226,10 @@ class PopPPO(FastAlgorithm):
         episode clocks randomised, then env i takes k_i ~ U[0, k_max] random
         actions before the members' initial policies act); the partial first
         episodes count towards nobody's fitness."""
-        k_max = self.config.decorrelate_steps
-        N = self.env.num_envs
-        if k_max is None:
-            k_max = min(self.env.max_episode_steps or 100, max(1, DECORRELATION_BUDGET // N))
-        elif k_max <= 0:
+        k_max = decorrelation_horizon(self.config.decorrelate_steps, self.env)
+        if k_max == 0:
             return
+        N = self.env.num_envs
         if hasattr(self.env, "randomize_episode_progress"):
             self.env.randomize_episode_progress()
         k = torch.randint(0, k_max + 1, (N,), device=self.device)

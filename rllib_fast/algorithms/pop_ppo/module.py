@@ -34,12 +34,12 @@ from ...core.stacked import StackedMLP, member_tensors
 from .stacked_memory import StackedRecurrentMemory
 from ..actor_critic import ActorCriticModule
 from ..population.module import PopulationPolicyModule
-from ..recurrent_module import Memories, RecurrentActorCriticModule, recurrent_model_config
+from ..recurrent_module import MemoryParts, RecurrentActorCriticModule, recurrent_model_config
 
 _LOG_2PI = math.log(2 * math.pi)
 
 
-class StackedActorCritic(nn.Module):
+class StackedActorCritic(MemoryParts, nn.Module):
     """K separate actor and critic MLPs (FastPPO's ``ActorCriticModule`` per member).
 
     Hot-path methods take member-major tensors ``[K, B, ...]``."""
@@ -126,30 +126,6 @@ class StackedActorCritic(nn.Module):
     @property
     def recurrent(self) -> bool:
         return self.rnn_type is not None
-
-    def initial_memories(self, batch: int, device=None) -> Memories:
-        """Zero states for ``batch`` envs per member."""
-        return Memories(*(None if m is None else m.initial_state(batch, device)
-                          for m in (self.pi_memory, self.vf_memory)))
-
-    def actor_step(self, obs_n: torch.Tensor, memory: Optional[torch.Tensor]):
-        """The actors' MLP inputs for one step of ``[K, B, D]`` and their next memory
-        state (identity without an actor memory)."""
-        if self.pi_memory is None:
-            return obs_n, memory
-        return self.pi_memory.step(obs_n, memory)
-
-    def actor_sequence(self, obs_n: torch.Tensor, memory: Optional[torch.Tensor], starts: torch.Tensor):
-        """The actors' MLP inputs ``[K, T, B, *]`` for replayed sequences ``[K, T, B, D]``."""
-        if self.pi_memory is None:
-            return obs_n
-        return self.pi_memory.unroll(obs_n, memory, starts)[0]
-
-    def critic_sequence(self, critic_in: torch.Tensor, memory: Optional[torch.Tensor], starts: torch.Tensor):
-        """The critics' MLP inputs ``[K, T, B, *]`` for replayed sequences of prepared critic inputs."""
-        if self.vf_memory is None:
-            return critic_in
-        return self.vf_memory.unroll(critic_in, memory, starts)[0]
 
     # -- distribution --------------------------------------------------------------------
     def dist_params(self, obs_n: torch.Tensor):
