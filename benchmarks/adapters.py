@@ -184,8 +184,9 @@ def rllib_fast_file(session: Any, path: str, run: Optional[str] = None, drop: Se
 
 def rllib_cli(session: Any, path: str, poll_s: float = 0.1) -> None:
     """A shipped experiment file run exactly as a user runs it: ``rllib train file
-    PATH --seed S`` in a subprocess (Tune, a local Ray, MLflow recording, the
-    file's stop criteria and checkpoints; no thread variables). The clock is this
+    PATH --seed S`` through this interpreter's ``rllib`` console script, in a
+    subprocess (Tune, a local Ray, MLflow recording, the file's stop criteria and
+    checkpoints; no thread variables). The clock is this
     arm's process start, so Ray's start and Tune's per-iteration overhead are on
     it; the cores column covers the CLI's whole process tree (Ray's own processes
     included). Episodes are not visible from outside the run, so the metric is the
@@ -203,9 +204,10 @@ def rllib_cli(session: Any, path: str, poll_s: float = 0.1) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     env["MLFLOW_TRACKING_URI"] = "sqlite:///" + os.path.join(out, "mlflow.db")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))  # this checkout's package
-    cmd = [sys.executable, "-m", "rllib_fast.cli", "train", "file", os.path.join(REPO, path),
-           "--seed", str(session.seed), "--storage-path", out, "-q"]
-    session.note(command=" ".join(cmd[1:]))
+    script = os.path.join(os.path.dirname(sys.executable), "rllib")   # the console script a user types
+    entry = [script] if os.path.exists(script) else [sys.executable, "-m", "rllib_fast.cli"]
+    cmd = entry + ["train", "file", os.path.join(REPO, path), "--seed", str(session.seed), "--storage-path", out, "-q"]
+    session.note(command=" ".join([os.path.basename(cmd[0])] + cmd[1:]))
     proc = subprocess.Popen(cmd, cwd=out, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                             start_new_session=True)
     session.training_started()

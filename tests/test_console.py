@@ -209,6 +209,37 @@ def test_console_commands_start_ray_with_explicit_auth_mode(monkeypatch):
     assert len(execs) == 1 and execs[0]["RAY_AUTH_MODE"] == "token" and execs[0][session.LOOPBACK_ENV] == "0"
 
 
+def test_console_entry_sets_the_switches_before_ray_is_imported(monkeypatch, tmp_path):
+    """The console scripts start in ``rllib_fast_boot``: the switches go into the environment
+    before the package imports ray, so ``cli.main`` finds nothing missing and runs in place
+    (no second interpreter start); commands that start no Ray, or join a cluster, are left alone."""
+    import rllib_fast_boot as boot
+
+    for key in ("RAY_AUTH_MODE", "RAY_ADDRESS", boot.LOOPBACK_ENV):
+        monkeypatch.delenv(key, raising=False)
+    assert boot.set_start_env(["list"]) == {}
+    assert boot.set_start_env(["sweep", "f.yaml", "--address", "auto"]) == {}
+    script = textwrap.dedent("""
+        import os, sys
+        import rllib_fast_boot as boot
+        print("SET", sorted(boot.set_start_env(["train", "file", "x.yaml"])))
+        import rllib_fast.cli
+        from rllib_fast.tune import session
+        print("MISSING", session.start_env_missing(), session.loopback_effective())
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS", boot.LOOPBACK_ENV)}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"SET ['RAY_AUTH_MODE', '{boot.LOOPBACK_ENV}']" in proc.stdout
+    assert "MISSING {} True" in proc.stdout
+    import tomllib
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    assert scripts == {"rllib": "rllib_fast_boot:main", "rllib-fast": "rllib_fast_boot:main"}
+
+
 def test_explicit_auth_mode_keeps_ray_quiet(tmp_path):
     """What the re-exec relies on: with RAY_AUTH_MODE=token in the environment at import, a
     new local Ray starts with token authentication and prints no notice about it."""

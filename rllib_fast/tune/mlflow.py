@@ -47,6 +47,7 @@ import numbers
 import os
 import re
 import tempfile
+import threading
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -263,15 +264,40 @@ class MLflowRecorder(LoggerCallback):
         self._last_iter: Dict[str, float] = {}     # trial_id -> last training_iteration logged
         self._skip_until: Dict[str, float] = {}    # trial_id -> redone iterations <= this are not logged
         self._client = None
+        self._opening: Optional[threading.Thread] = None
+        self._open_error: Optional[BaseException] = None
 
     # -- plumbing -------------------------------------------------------------
     @property
     def client(self):
+        if self._opening is not None:  # the store opened by setup() in the background
+            self._opening.join()
+            self._opening = None
+            if self._open_error is not None:
+                err, self._open_error = self._open_error, None
+                raise err
         if self._client is None:
-            from mlflow.tracking import MlflowClient
-
-            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+            self._client = self._open()
         return self._client
+
+    def _open(self):
+        """A client on the store, opened (a new sqlite store creates its tables here)."""
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.tracking_uri)
+        client.search_experiments(max_results=1)
+        return client
+
+    def _open_in_background(self) -> None:
+        def run():
+            try:
+                self._client = self._open()
+            except BaseException as err:  # noqa: BLE001 - raised on the first use, in the driver
+                self._open_error = err
+
+        self._open_error = None
+        self._opening = threading.Thread(target=run, name="mlflow-open", daemon=True)
+        self._opening.start()
 
     def _ensure_experiment(self, default_name: Optional[str] = None) -> str:
         """Id of the MLflow experiment (``experiment_name``, else
@@ -315,8 +341,12 @@ class MLflowRecorder(LoggerCallback):
         return dict(self.experiment_ids)
 
     def setup(self, *args, **info):
-        # Fail early (in the driver, before any trial starts) on a bad tracking URI.
-        _ = self.client.search_experiments(max_results=1)
+        # Open the store while Ray starts the trials: a new sqlite store creates its tables
+        # first (seconds), which would otherwise delay every trial's start. A bad tracking
+        # URI still fails the run in the driver, at the first trial's start (the first use
+        # of ``client`` raises the error the opening met), before any result is logged.
+        if self._client is None and self._opening is None:
+            self._open_in_background()
 
     # -- Tune hooks -------------------------------------------------------------
     def log_trial_start(self, trial) -> None:
@@ -480,5 +510,5 @@ class MLflowRecorder(LoggerCallback):
 
     def __getstate__(self):  # the client holds a DB engine; never pickle it
         state = dict(self.__dict__)
-        state["_client"] = None
+        state.update(_client=None, _opening=None, _open_error=None)  # a copy opens its own
         return state

@@ -24,11 +24,13 @@ sets the same variable; the token lives in ``~/.ray/auth_token``), and Ray print
 nothing when the mode is set explicitly. Like the loopback switch it is read at
 ``import ray`` (Ray caches its config then), and a user's own value wins.
 
-``import rllib_fast`` imports ray (it registers our names with Tune), so by
-the time the console entry point runs, both switches were read. The console
-commands that start a local Ray therefore re-execute themselves once with
-the switches set (:func:`reexec_for_loopback`: one more interpreter start, no
-change to Ray's code). A process that imported ray earlier and is not a
+``import rllib_fast`` imports ray (it registers our names with Tune), so the
+console scripts (``rllib``, ``rllib-fast``) start in :mod:`rllib_fast_boot`, a
+top-level module that sets the switches before the package is imported.
+``python -m rllib_fast.cli``/``rllib_fast.demo`` cannot: by the time they run,
+both switches were read, so they re-execute themselves once with the switches
+set (:func:`reexec_for_loopback`: one more interpreter start, no change to Ray's
+code). A process that imported ray earlier and is not a
 console command (a notebook, a test calling ``cli.main([...])``) keeps
 Ray's defaults; :func:`loopback_effective` tells which case applies.
 """
@@ -44,53 +46,9 @@ from ..core.metrics import RETURN_KEY, STEP_KEY
 
 logger = logging.getLogger(__name__)
 
-#: Ray's environment switch that makes a local node use 127.0.0.1 as its IP (read at ``import ray``).
-LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-#: Ray's authentication mode (read at ``import ray``) and the value our local Rays start with:
-#: Ray's own default for a new local cluster, set explicitly so Ray does not warn about it.
-AUTH_ENV, AUTH_MODE = "RAY_AUTH_MODE", "token"
-#: Command-line flags that name a Ray cluster (then Ray keeps its network defaults).
-ADDRESS_FLAGS = ("--address", "--ray-address")
-
-
-def names_cluster(address: Optional[str]) -> bool:
-    """True when ``address`` (a flag's value or ``RAY_ADDRESS``) is a cluster to join,
-    not ``local``/empty (a new local Ray)."""
-    return bool(address) and str(address).strip().lower() != "local"
-
-
-def wants_cluster(argv: Sequence[str] = ()) -> bool:
-    """True when ``argv`` (``--address``/``--ray-address``) or ``RAY_ADDRESS`` names a Ray cluster to join."""
-    if names_cluster(os.environ.get("RAY_ADDRESS")):
-        return True
-    for i, a in enumerate(argv):
-        if a in ADDRESS_FLAGS:
-            return names_cluster(argv[i + 1] if i + 1 < len(argv) else None)
-        if a.startswith(tuple(f + "=" for f in ADDRESS_FLAGS)):
-            return names_cluster(a.split("=", 1)[1])
-    return False
-
-
-def loopback_effective() -> bool:
-    """Whether a local Ray started now would bind 127.0.0.1 only."""
-    if "ray" not in sys.modules:
-        return os.environ.get(LOOPBACK_ENV, "").lower() in ("0", "false")
-    from ray._private import ray_constants
-
-    return not ray_constants.ENABLE_RAY_CLUSTER
-
-
-def start_env_missing() -> Dict[str, str]:
-    """The start-up switches a local Ray started from this process would lack
-    (loopback, authentication mode), with the values we want: empty when the
-    environment (or, for loopback, the imported ray) has them, or the user set
-    them to anything else (theirs wins)."""
-    missing: Dict[str, str] = {}
-    if not loopback_effective() and LOOPBACK_ENV not in os.environ:
-        missing[LOOPBACK_ENV] = "0"
-    if AUTH_ENV not in os.environ:
-        missing[AUTH_ENV] = AUTH_MODE
-    return missing
+# The switch logic has one owner, the console entry point (it must run before ray is imported).
+from rllib_fast_boot import (ADDRESS_FLAGS, AUTH_ENV, AUTH_MODE, LOOPBACK_ENV,  # noqa: F401,E402  (public here too)
+                             loopback_effective, names_cluster, start_env_missing, wants_cluster)
 
 
 def reexec_for_loopback(module: str, argv: Sequence[str], extra_env: Optional[Mapping[str, str]] = None) -> None:
