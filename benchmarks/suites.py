@@ -69,7 +69,8 @@ def recipe_arms(short: str, task: str) -> List[Arm]:
             what="the same recipe synchronous, one process"),
         Arm("recipe-cli", "rllib_cli", dict(path=path),
             what=f"`rllib train file {path}` as a user runs it (Tune, local Ray, MLflow; clock from process start)"),
-        rsl_mjlab(task, 128), rsl_mjlab(task, 256)]
+        # the simulator's cost per step barely grows with N, so rsl_rl's best N may lie above 256
+        rsl_mjlab(task, 128), rsl_mjlab(task, 256), rsl_mjlab(task, 512)]
 
 
 def pql_arms(task: str) -> List[Arm]:
