@@ -94,8 +94,8 @@ def run_suite(suite: Suite, seeds: Sequence[int], arms: Sequence[Arm], out_dir: 
     logdir = logdir or tempfile.mkdtemp(prefix=f"bench_{suite.name}_")
     print(f"{suite.name}: {len(arms)} arm(s) x seeds {list(seeds)}; child logs in {logdir}", flush=True)
     sha = commit()
-    for arm in arms:
-        for seed in seeds:
+    for seed in seeds:   # seed-major: a drift of the machine's speed hits every arm alike
+        for arm in arms:
             rec = protocol.run_child(make_spec(suite, arm, seed, budget_s), logdir)
             rec.update(commit=sha, date=datetime.datetime.now().isoformat(timespec="seconds"),
                        cpu_model=(machine or {}).get("cpu_model"))
