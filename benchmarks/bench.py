@@ -320,7 +320,8 @@ def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
     lines += ["", f"Seeds: {sorted({s for r in rows for s in r['seeds']})}. An unreached seed counts as not reached "
               "(+inf) in the median; ranges are over the seeds that reached. Cores = CPU seconds of the arm's "
               "whole process tree / wall time, to the bar (over the run when not reached). "
-              f"`x {peer or 'peer'} (best)` = the best median time of the `{peer}*` arms / this arm's median time."]
+              + (f"`x {peer} (best)` = the best median time of the `{peer}*` arms / this arm's median time."
+                 if peer else "No peer in this suite: the ratio column is empty.")]
     bad = [f"`{r['arm']}`: {', '.join(s for s in r['status'] if s != 'ok')}" for r in rows if r["status"] != ["ok"]]
     if bad:
         lines += ["", "Runs that did not end cleanly: " + "; ".join(bad) + "."]
