@@ -2,7 +2,9 @@
 source's privileged ``states``, the actor reads the observation.
 
 The Isaac stand-ins have 6-dim observations and 8-dim states (position,
-velocity, target - position; states add the target itself)."""
+velocity, target - position; states add the target itself). mjlab's Go1, whose
+critic group differs from its policy group, is checked with the other mjlab
+tests (tests/envs/test_mjlab.py): this file builds no mjlab env."""
 import rllib_fast  # noqa: F401  (registers everything first)
 
 import math
@@ -335,37 +337,6 @@ def test_pql_process_backend_with_states():
         algo.stop()
 
 
-def test_pql_ray_backend_with_states(tmp_path):
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        cfg = _pql("PQL", LAB, backend="ray")
-        algo = cfg.build_algo()
-        try:
-            for _ in range(3):
-                r = algo.train()["learners"]["default_policy"]
-            assert r["num_critic_updates"] > 0 and math.isfinite(r["critic_loss"])
-            critic = algo.backend.get_state("critic", False)["critic"]
-            assert critic["q1.0.weight"].shape[1] == STATE_DIM + 2
-            algo.save_to_path(str(tmp_path))
-        finally:
-            algo.stop()
-        fresh = cfg.build_algo()
-        try:
-            fresh.restore_from_path(str(tmp_path))
-            got = fresh.backend.get_state("critic", False)["critic"]
-            assert all(torch.equal(got[k], critic[k]) for k in critic)
-            fresh.train()
-        finally:
-            fresh.stop()
-    finally:
-        if started:
-            ray.shutdown()
-
-
 def test_pql_learns_with_an_asymmetric_critic():
     """The PQL stand-in run of tests/envs/test_isaac_algorithms.py with states required."""
     from rllib_fast.presets import preset  # small nets for a 2-core CPU
@@ -390,8 +361,25 @@ def test_pql_learns_with_an_asymmetric_critic():
     assert best >= 30.0
 
 
-@pytest.fixture
+def test_hts_executor_processes_keep_the_critic_on_states():
+    """HTS with its simulator in executor processes: the critic still reads the 8-dim
+    states (they cross the process boundary), and a round trains on them."""
+    cfg = _on_policy("HTSPPO", VECTASK).training(executor_processes=True)
+    algo = cfg.build_algo()
+    try:
+        assert _in_features(algo.module.vf) == STATE_DIM and _in_features(algo.module.pi) == OBS_DIM
+        algo.train()          # the first round only fills the pipeline
+        r = algo.train()
+        assert math.isfinite(r["learners"]["default_policy"]["vf_loss"])
+        assert algo.buffers.read["states"].abs().sum() > 0
+    finally:
+        algo.stop()
+
+
+# -- learners as Ray actors: one local Ray for these (the file's last tests) ------------------------
+@pytest.fixture(scope="module")
 def ray_cpus():
+    """One local Ray for the file's tests whose learners are Ray actors."""
     import ray
 
     started = not ray.is_initialized()
@@ -400,6 +388,28 @@ def ray_cpus():
     yield
     if started:
         ray.shutdown()
+
+
+def test_pql_ray_backend_with_states(ray_cpus, tmp_path):
+    cfg = _pql("PQL", LAB, backend="ray")
+    algo = cfg.build_algo()
+    try:
+        for _ in range(3):
+            r = algo.train()["learners"]["default_policy"]
+        assert r["num_critic_updates"] > 0 and math.isfinite(r["critic_loss"])
+        critic = algo.backend.get_state("critic", False)["critic"]
+        assert critic["q1.0.weight"].shape[1] == STATE_DIM + 2
+        algo.save_to_path(str(tmp_path))
+    finally:
+        algo.stop()
+    fresh = cfg.build_algo()
+    try:
+        fresh.restore_from_path(str(tmp_path))
+        got = fresh.backend.get_state("critic", False)["critic"]
+        assert all(torch.equal(got[k], critic[k]) for k in critic)
+        fresh.train()
+    finally:
+        fresh.stop()
 
 
 def test_data_parallel_learners_share_the_state_statistics(ray_cpus):
@@ -431,52 +441,5 @@ def test_async_learners_with_states(ray_cpus):
         r = algo.train()
         assert r["num_env_steps_sampled_lifetime"] > 0
         assert algo.get_module().forward_inference({"obs": torch.zeros(2, OBS_DIM)})["actions"].shape == (2, 2)
-    finally:
-        algo.stop()
-
-
-# -- mjlab Go1: a real task whose critic group (72 dims, privileged terms) differs from the actor's (48) ----
-def _mjlab_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("mjlab") is not None
-
-
-@pytest.mark.skipif(not _mjlab_available(), reason="needs mjlab")
-@pytest.mark.parametrize("name", ["FastPPO", "DDPGN"])
-def test_mjlab_go1_critic_reads_the_critic_group(name):
-    cfg = CONFIGS[name]().environment("mjlab:Mjlab-Velocity-Flat-Unitree-Go1", num_envs=4).debugging(seed=0)
-    if name == "FastPPO":
-        cfg.training(rollout_length=8, num_minibatches=2, num_epochs=1, decorrelate_steps=0)
-    else:
-        cfg.training(hidden_sizes=[32, 32], batch_size=16, learning_starts=16, steps_per_iteration=8)
-    algo = cfg.build_algo()
-    try:
-        assert algo.env.obs_shape == (48,) and algo.env.single_state_space.shape == (72,)
-        if name == "FastPPO":
-            assert _in_features(algo.module.vf) == 72 and _in_features(algo.module.pi) == 48
-        else:
-            assert _in_features(algo.v.critic.q1) == 72 + algo.dims.act_dim
-            assert _in_features(algo.actor.policy.net) == 48
-        for _ in range(2):
-            r = algo.train()["learners"]["default_policy"]
-        assert all(math.isfinite(v) for k, v in r.items() if k in ("vf_loss", "policy_loss", "critic_loss"))
-        if name == "FastPPO":
-            assert algo.storage["final_states"].shape[-1] == 72
-    finally:
-        algo.stop()
-
-
-def test_hts_executor_processes_keep_the_critic_on_states():
-    """HTS with its simulator in executor processes: the critic still reads the 8-dim
-    states (they cross the process boundary), and a round trains on them."""
-    cfg = _on_policy("HTSPPO", VECTASK).training(executor_processes=True)
-    algo = cfg.build_algo()
-    try:
-        assert _in_features(algo.module.vf) == STATE_DIM and _in_features(algo.module.pi) == OBS_DIM
-        algo.train()          # the first round only fills the pipeline
-        r = algo.train()
-        assert math.isfinite(r["learners"]["default_policy"]["vf_loss"])
-        assert algo.buffers.read["states"].abs().sum() > 0
     finally:
         algo.stop()
