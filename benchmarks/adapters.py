@@ -182,7 +182,7 @@ def rllib_fast_file(session: Any, path: str, run: Optional[str] = None, drop: Se
     _train_rllib_fast(session, algo, every if checkpoints else 0)
 
 
-def rllib_cli(session: Any, path: str, poll_s: float = 0.1) -> None:
+def rllib_cli(session: Any, path: str, overrides: Optional[Mapping[str, Any]] = None, poll_s: float = 0.1) -> None:
     """A shipped experiment file run exactly as a user runs it: ``rllib train file
     PATH --seed S`` through this interpreter's ``rllib`` console script, in a
     subprocess (Tune, a local Ray, MLflow recording, the file's stop criteria and
@@ -207,6 +207,8 @@ def rllib_cli(session: Any, path: str, poll_s: float = 0.1) -> None:
     script = os.path.join(os.path.dirname(sys.executable), "rllib")   # the console script a user types
     entry = [script] if os.path.exists(script) else [sys.executable, "-m", "rllib_fast.cli"]
     cmd = entry + ["train", "file", os.path.join(REPO, path), "--seed", str(session.seed), "--storage-path", out, "-q"]
+    if overrides:
+        cmd += ["--config", json.dumps(dict(overrides))]   # merged into the file's config, as a user would
     session.note(command=" ".join([os.path.basename(cmd[0])] + cmd[1:]))
     proc = subprocess.Popen(cmd, cwd=out, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -229,7 +231,11 @@ def rllib_cli(session: Any, path: str, poll_s: float = 0.1) -> None:
                 er = r.get("env_runners") or {}
                 n = er.get("num_episodes_lifetime") or 0
                 mean = _finite(er.get("episode_return_mean")) if n >= 100 else None
-                stop = session.report(int(r.get("num_env_steps_sampled_lifetime") or 0), window_mean=mean)
+                # Tune stamps a result with the whole second it was produced; the storage
+                # path receives result files in batches (seconds late), so the point is
+                # placed at its stamp (+1 s: the latest it can have happened)
+                at = float(r["timestamp"]) + 1.0 if r.get("timestamp") else None
+                stop = session.report(int(r.get("num_env_steps_sampled_lifetime") or 0), window_mean=mean, at=at)
                 if stop:
                     break
             if stop:

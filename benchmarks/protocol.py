@@ -177,13 +177,17 @@ class Session:
         return max(full) if full else None
 
     def report(self, env_steps: int, returns: Returns = None, window_mean: Optional[float] = None,
-               **info: Any) -> bool:
+               at: Optional[float] = None, **info: Any) -> bool:
         """Hand over the env-step counter (lifetime) and the returns of the training
         episodes finished since the last report: a list, or ``{group: list}``; or,
         for a library whose own metric is the mean of its last ``WINDOW`` finished
         episodes and whose episodes the arm cannot see, that mean (``window_mean``;
         None until the library's window is full). Returns True when the arm must stop
-        (target reached in ``target`` mode, or the budget spent)."""
+        (target reached in ``target`` mode, or the budget spent). ``at``: the wall time
+        (epoch seconds) the library produced this result, for an arm that reads its
+        results later than they happen (a CLI run's result files, synced in batches);
+        the point is placed there on the clock, and its CPU sample keeps its own time
+        (``cpu_t``) so the cores column is not inflated."""
         if self.train_t0 is None:
             self.training_started()
         if window_mean is not None:
@@ -195,13 +199,17 @@ class Session:
             self.episodes += len(vals)
         self.env_steps = int(env_steps)
         value = self.metric()
-        t = self.now()
+        read_t = self.now()
+        t = read_t if at is None else min(read_t, float(at) - self.t0)
         hit = self.target is not None and value is not None and value >= self.target
-        row = dict(t=t, train_s=self.train_s(), steps=self.env_steps, ret=value, episodes=self.episodes,
-                   cpu_s=self.cpu_s(force=hit and self.reached is None), **info)
+        row = dict(t=t, train_s=max(0.0, self.train_s() - (read_t - t)), steps=self.env_steps, ret=value,
+                   episodes=self.episodes, cpu_s=self.cpu_s(force=hit and self.reached is None), **info)
+        if at is not None:
+            row["cpu_t"] = self.last_cpu_t
         self.write("point", **row)
         if hit and self.reached is None:
-            self.reached = self.write("reached", **{k: row[k] for k in ("t", "train_s", "steps", "ret", "cpu_s")})
+            keys = ("t", "train_s", "steps", "ret", "cpu_s") + (("cpu_t",) if at is not None else ())
+            self.reached = self.write("reached", **{k: row[k] for k in keys})
         if self.first_report_t is None:
             self.first_report_t = t
         window_done = bool(self.window_s) and t - self.first_report_t >= float(self.window_s)
@@ -318,7 +326,7 @@ def summarize(rows: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
     rec["wall_s"] = end.get("t")
     rec["cores"] = (end["cpu_s"] / end["t"]) if end.get("cpu_s") and end.get("t") else None
     r = rec["reached"]
-    rec["cores_to_target"] = (r["cpu_s"] / r["t"]) if r and r.get("t") else None
+    rec["cores_to_target"] = (r["cpu_s"] / (r.get("cpu_t") or r["t"])) if r and r.get("t") else None
     rec["eval_s"] = sum(e["eval_s"] for e in rec["evals"])
     return rec
 

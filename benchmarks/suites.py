@@ -45,6 +45,7 @@ class Suite:
     reference: Optional[str] = None    # fixed mode: the arm whose final return sets the bar
     window_s: Optional[float] = None   # rate suites: stop this long after the first (warm-up) report
     peer: Optional[str] = None         # arms named with this prefix: the peer; its best median is the ratio's base
+    tuning: bool = False               # a recipe search on tuning seeds (< 100): never a published comparison
 
 
 MJLAB_EPISODE_S = 10.0
@@ -62,13 +63,21 @@ def rsl_mjlab(task: str, n: int) -> Arm:
 
 
 def recipe_arms(short: str, task: str) -> List[Arm]:
+    """The shipped recipe in process and through ``rllib train file``, each also in the other
+    form (the Balance file is synchronous, the swing-up file learns in the simulator's
+    shadow), and rsl_rl's runner at three N."""
     path = f"tune_configs/mjlab-cartpole-{short}-fast.yaml"
+    shadow = short != "balance"
+    other = {"learn_while_stepping": not shadow}
+    other_what = "synchronous, one process" if shadow else "learning in the simulator's shadow (two processes)"
+    cli = f"`rllib train file {path}` as a user runs it (Tune, local Ray, MLflow; clock from process start)"
     return [
-        Arm("recipe", "rllib_fast_file", dict(path=path), what=f"`{path}` as shipped (learns in the simulator's shadow)"),
-        Arm("recipe-sync", "rllib_fast_file", dict(path=path, overrides={"learn_while_stepping": False}),
-            what="the same recipe synchronous, one process"),
-        Arm("recipe-cli", "rllib_cli", dict(path=path),
-            what=f"`rllib train file {path}` as a user runs it (Tune, local Ray, MLflow; clock from process start)"),
+        Arm("recipe", "rllib_fast_file", dict(path=path), what=f"`{path}` as shipped"),
+        Arm("recipe-sync" if shadow else "recipe-overlap", "rllib_fast_file", dict(path=path, overrides=other),
+            what=f"the same recipe {other_what}"),
+        Arm("recipe-cli", "rllib_cli", dict(path=path), what=cli),
+        Arm("recipe-cli-sync" if shadow else "recipe-cli-overlap", "rllib_cli", dict(path=path, overrides=other),
+            what=f"the same through `rllib train file ... --config` ({other_what})"),
         # the simulator's cost per step barely grows with N, so rsl_rl's best N may lie above 256
         rsl_mjlab(task, 128), rsl_mjlab(task, 256), rsl_mjlab(task, 512)]
 
@@ -199,7 +208,7 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
           masked_arms("Mjlab-Cartpole-Balance"), target=9.0, budget_s=300, probe=MJ_PROBE, peer="rsl_rl"),
     # recipe candidates, judged on tuning seeds (< 100) only; the reported suites use 100-104
     Suite("mjlab-balance-tuning", "mjlab Cartpole Balance: candidate recipe changes on tuning seeds",
-          balance_candidates(), target=9.0, budget_s=300, seeds=(1, 2, 3), probe=MJ_PROBE),
+          balance_candidates(), target=9.0, budget_s=300, seeds=(1, 2, 3), probe=MJ_PROBE, tuning=True),
     Suite("pql-balance", "mjlab Cartpole Balance: PQL, DDPG(n), SAC(n), single-file TD3 vs rsl_rl",
           pql_arms("Mjlab-Cartpole-Balance"), target=9.0, budget_s=400, probe=MJ_PROBE, peer="rsl_rl"),
     Suite("pop-balance", "mjlab Cartpole Balance: PopPPO K=4 and Tune PBT over 4 FastPPO trials vs one rsl_rl run", [
