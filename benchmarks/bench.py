@@ -93,9 +93,9 @@ def run_suite(suite: Suite, seeds: Sequence[int], arms: Sequence[Arm], out_dir: 
         data["machine"] = machine
     logdir = logdir or tempfile.mkdtemp(prefix=f"bench_{suite.name}_")
     print(f"{suite.name}: {len(arms)} arm(s) x seeds {list(seeds)}; child logs in {logdir}", flush=True)
-    sha = commit()
     for seed in seeds:   # seed-major: a drift of the machine's speed hits every arm alike
         for arm in arms:
+            sha = commit()   # per run: the tree a run measured, even if it changed during the suite
             rec = protocol.run_child(make_spec(suite, arm, seed, budget_s), logdir)
             rec.update(commit=sha, date=datetime.datetime.now().isoformat(timespec="seconds"),
                        cpu_model=(machine or {}).get("cpu_model"))

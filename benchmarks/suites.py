@@ -63,21 +63,18 @@ def rsl_mjlab(task: str, n: int) -> Arm:
 
 
 def recipe_arms(short: str, task: str) -> List[Arm]:
-    """The shipped recipe in process and through ``rllib train file``, each also in the other
-    form (the Balance file is synchronous, the swing-up file learns in the simulator's
-    shadow), and rsl_rl's runner at three N."""
+    """The shipped recipe (it learns in the simulator's shadow) and its synchronous form, each
+    in process and through ``rllib train file``, and rsl_rl's runner at three N."""
     path = f"tune_configs/mjlab-cartpole-{short}-fast.yaml"
-    shadow = short != "balance"
-    other = {"learn_while_stepping": not shadow}
-    other_what = "synchronous, one process" if shadow else "learning in the simulator's shadow (two processes)"
+    sync = {"learn_while_stepping": False}
     cli = f"`rllib train file {path}` as a user runs it (Tune, local Ray, MLflow; clock from process start)"
     return [
-        Arm("recipe", "rllib_fast_file", dict(path=path), what=f"`{path}` as shipped"),
-        Arm("recipe-sync" if shadow else "recipe-overlap", "rllib_fast_file", dict(path=path, overrides=other),
-            what=f"the same recipe {other_what}"),
+        Arm("recipe", "rllib_fast_file", dict(path=path), what=f"`{path}` as shipped (learns in the simulator's shadow)"),
+        Arm("recipe-sync", "rllib_fast_file", dict(path=path, overrides=sync),
+            what="the same recipe synchronous, one process"),
         Arm("recipe-cli", "rllib_cli", dict(path=path), what=cli),
-        Arm("recipe-cli-sync" if shadow else "recipe-cli-overlap", "rllib_cli", dict(path=path, overrides=other),
-            what=f"the same through `rllib train file ... --config` ({other_what})"),
+        Arm("recipe-cli-sync", "rllib_cli", dict(path=path, overrides=sync),
+            what="the same synchronous, through `rllib train file ... --config '{\"learn_while_stepping\": false}'`"),
         # the simulator's cost per step barely grows with N, so rsl_rl's best N may lie above 256
         rsl_mjlab(task, 128), rsl_mjlab(task, 256), rsl_mjlab(task, 512)]
 

@@ -83,11 +83,10 @@ def test_fastppo_learns_cartpole_balance():
 
 
 def test_balance_fast_recipe_learns_in_the_simulators_shadow():
-    """The shipped balance recipe as `rllib train file` builds it (synchronous as shipped),
-    learning each update while a forked simulator process steps the next rollout
-    (``learn_while_stepping: true``, the suite's ``recipe-overlap`` arm), reaches a mean
-    return of 9.0 of 10 (10 s episodes) from seed 0, the same on every run (the overlap's
-    schedule is fixed)."""
+    """The shipped balance recipe as `rllib train file` builds it: FastPPO learning each
+    update while a forked simulator process steps the next rollout (``learn_while_stepping``)
+    reaches a mean return of 9.0 of 10 (10 s episodes) from seed 0, the same on every run
+    (the overlap's schedule is fixed)."""
     import yaml
 
     from rllib_fast.algorithms.ppo import FastPPOConfig
@@ -96,8 +95,7 @@ def test_balance_fast_recipe_learns_in_the_simulators_shadow():
     path = os.path.join(os.path.dirname(__file__), "..", "..", "tune_configs", "mjlab-cartpole-balance-fast.yaml")
     (spec,) = yaml.safe_load(open(path)).values()
     config = dict(spec["config"], env=spec["env"])
-    assert config["learn_while_stepping"] is False
-    config["learn_while_stepping"] = True
+    assert config["learn_while_stepping"] is True
     algo = FastPPOConfig().update_from_dict(config).build_algo()
     best, steps = -math.inf, 0
     try:
