@@ -295,3 +295,25 @@ def test_restore_without_replay_refills_before_the_ratios_bind():
             fresh.train()
     finally:
         fresh.stop()
+
+
+@pytest.mark.parametrize("spread", [False, True])
+def test_randomized_episode_clocks_end_episodes_on_different_steps(spread):
+    """Pendulum has a 200-step time limit and no termination: started together, all N envs
+    time out on step 200. With ``randomize_episode_clocks`` the first (shortened) episodes
+    end on different steps and are not counted; the second ones are, spread out too."""
+    algo = _config(DDPGNConfig, n=16, hidden_sizes=[16], batch_size=32, steps_per_iteration=50, warmup_steps=2,
+                   beta_av=1.0, randomize_episode_clocks=spread).build_algo()
+    try:
+        clocks = algo.env.elapsed_steps
+        assert (len(set(clocks.tolist())) > 1) == spread
+        counted = []
+        for _ in range(8):   # 400 vectorised steps: two time limits
+            algo.train()
+            counted.append(int(algo.tracker.filled))
+        if spread:   # env i (clock c_i < 200) ends its second episode on step 400 - c_i: counted, spread out
+            assert counted[:4] == [0, 0, 0, 0] and counted[-1] == 16 and any(0 < c < 16 for c in counted[4:7])
+        else:        # every env times out on steps 200 and 400 exactly
+            assert counted == [0, 0, 0, 16, 16, 16, 16, 32]
+    finally:
+        algo.stop()

@@ -52,6 +52,22 @@ class PQLFamily(FastAlgorithm):
         self.learning_starts = cfg.resolved_learning_starts()
         self.actor = ActorRole(cfg, self.dims, env.num_envs, self.device, space.low, space.high, seed=self.seed)
         self.build_roles()
+        if cfg.randomize_episode_clocks:
+            self._spread_episode_clocks()
+
+    def _spread_episode_clocks(self) -> None:
+        """Why: with every env started on the same step, a source with a time limit
+        (mjlab Cartpole: 200 steps, no early termination once balanced) ends all N
+        episodes on the same step, so the last-100 training return moves only once
+        per time limit and the replay fills with lock-stepped episode phases. Spreading
+        the clocks (no env-step cost; the time-outs come early and are bootstrapped as
+        truncations) makes episodes end every step. A source without episode clocks
+        is left as it is."""
+        spread = getattr(self.env, "randomize_episode_progress", None)
+        if spread is None:
+            return
+        spread()
+        self.tracker.skip_current_episodes()   # the shortened first episodes would bias the mean
 
     def build_roles(self) -> None:
         raise NotImplementedError("abstract: PQLFamily.build_roles")

@@ -67,6 +67,10 @@ class PQLFamilyConfig(FastConfig):
         "reward_scale": Param(1.0, "multiply rewards before storing", low=0.0, low_open=True),
         "warmup_steps": Param(32, "vectorised steps of uniform random actions before the policy acts", (int,),
                               low=0),
+        "randomize_episode_clocks": Param(False, "spread the source's episode clocks once at the start (rsl_rl's "
+                                          "init_at_random_ep_len; mjlab, Isaac Lab, Isaac Gym and the built-in tasks), "
+                                          "so the N envs do not all time out on the same step; the shortened first "
+                                          "episodes are left out of the episode statistics", (bool,)),
         "learning_starts": Param("auto", "stored transitions before learning ('auto': batch_size)", (str, int),
                                  check=AUTO_INT),
         "noise_type": Param("mixed", "exploration noise of the deterministic policy: 'mixed' (PQL: sigma per env "
