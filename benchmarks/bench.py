@@ -49,7 +49,9 @@ def commit() -> str:
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "rllib_fast", "benchmarks", "tune_configs"],
+        # the code an arm runs; results files (written by these very runs) do not make it dirty
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "rllib_fast", "benchmarks", "tune_configs",
+                                ":(exclude)benchmarks/results"],
                                cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("+dirty" if dirty else "") if sha else "unknown"
     except (OSError, subprocess.SubprocessError):
