@@ -100,7 +100,7 @@ def run_suite(suite: Suite, seeds: Sequence[int], arms: Sequence[Arm], out_dir: 
             sha = commit()   # per run: the tree a run measured, even if it changed during the suite
             rec = protocol.run_child(make_spec(suite, arm, seed, budget_s), logdir)
             rec.update(commit=sha, date=datetime.datetime.now().isoformat(timespec="seconds"),
-                       cpu_model=(machine or {}).get("cpu_model"))
+                       cpu_model=(machine or {}).get("cpu_model"), machine=machine)
             merge_run(data, rec)
             save_results(path, data)
     return data
@@ -189,6 +189,19 @@ def machine_line(suite: Suite, seconds: float = 3.0) -> Dict[str, Any]:
     else:
         info["probe_error"] = (p.stderr.strip().splitlines() or ["no output"])[-1][:300]
     return info
+
+
+def machines_text(data: Dict[str, Any]) -> str:
+    """The machine line of the header; where the suite's runs were made under different
+    probes (the machine's speed drifts between sessions), each probe with the arms it covers."""
+    by_line: Dict[str, List[str]] = {}
+    for r in data["runs"]:
+        arms = by_line.setdefault(fmt_machine(r.get("machine") or data.get("machine")), [])
+        if r["arm"] not in arms:
+            arms.append(r["arm"])
+    if len(by_line) <= 1:
+        return fmt_machine(data.get("machine"))
+    return "; ".join(f"{line} (arms {', '.join(f'`{a}`' for a in arms)})" for line, arms in by_line.items())
 
 
 def fmt_machine(m: Optional[Dict[str, Any]]) -> str:
@@ -296,7 +309,7 @@ def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
     commits = sorted({r.get("commit", "?") for r in data["runs"]})
     lines = [f"### {data.get('title', data.get('suite'))}", "",
              f"Protocol `{data.get('protocol')}` (docs/benchmarks.md); commit {', '.join(commits)}; "
-             f"{fmt_machine(data.get('machine'))}.", ""]
+             f"{machines_text(data)}.", ""]
     if data.get("mode") == "fixed" and not data.get("reference"):
         lines += ["Rates: each arm runs a fixed window after its first report; env-steps/s is the whole loop's "
                   "rate over it.", ""]
