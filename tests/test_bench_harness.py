@@ -217,3 +217,24 @@ def test_rsl_rl_mjlab_arm_masks_the_actor_group_and_builds_rsl_rls_recurrent_act
             bench.adapters.build_rsl_rl_mjlab(seed=0, **dict(params, rnn_on="policy"))
     finally:
         env.close()
+
+
+def test_every_mjlab_cartpole_arm_runs_the_suites_10_s_episodes(bench):
+    # mjlab's own Cartpole episodes last 50 s (return <= 50): an arm that forgets the suite's
+    # 10 s reaches the 9.0 bar on a different task (pop-balance's first Tune PBT run did)
+    adapters = bench.protocol.resolve("fake").__globals__
+    checked = 0
+    for suite in bench.SUITES.values():
+        if suite.probe.get("kind") != "mjlab":
+            continue
+        for arm in suite.arms:
+            p = arm.params
+            if "path" in p:   # rllib_fast_file, rllib_cli, tune_pbt: the file as the arm overrides it
+                _, config, _ = adapters["file_config"](p["path"], p.get("run"), p.get("drop", ()),
+                                                       dict(p.get("overrides") or {}))
+                length = ((config.get("env_config") or {}).get("cfg") or {}).get("episode_length_s")
+            else:             # rsl_rl's runner and the single files take it as a parameter
+                length = p.get("episode_length_s")
+            assert length == 10.0, (suite.name, arm.name, length)
+            checked += 1
+    assert checked >= 20
