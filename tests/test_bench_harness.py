@@ -225,7 +225,7 @@ def test_every_mjlab_cartpole_arm_runs_the_suites_10_s_episodes(bench):
     adapters = bench.protocol.resolve("fake").__globals__
     checked = 0
     for suite in bench.SUITES.values():
-        if suite.probe.get("kind") != "mjlab":
+        if suite.probe.get("kind") != "mjlab" or suite.target is None:   # learning suites on mjlab Cartpole
             continue
         for arm in suite.arms:
             p = arm.params
