@@ -200,7 +200,7 @@ def machines_text(data: Dict[str, Any]) -> str:
         if r["arm"] not in arms:
             arms.append(r["arm"])
     if len(by_line) <= 1:
-        return fmt_machine(data.get("machine"))
+        return next(iter(by_line), fmt_machine(data.get("machine")))
     return "; ".join(f"{line} (arms {', '.join(f'`{a}`' for a in arms)})" for line, arms in by_line.items())
 
 
