@@ -1,6 +1,8 @@
 """The one benchmark runner (protocol: docs/benchmarks.md).
 
     python benchmarks/bench.py SUITE [--seeds 100-104] [--arms a,b] [--budget S] [--out DIR]
+    python benchmarks/bench.py SUITE --stop-at-bar      # fixed-wall-time suite: stop each non-reference
+                                                        # run at the reference's bar (from the results file)
     python benchmarks/bench.py SUITE --report-only      # table + plot again from the results file
     python benchmarks/bench.py SUITE --machine          # only the machine line (CPU, simulator, update)
     python benchmarks/bench.py --list                   # suites and their arms
@@ -84,8 +86,23 @@ def check_evaluation(suite: Suite, arms: Sequence[Arm]) -> None:
                              f"evaluate; these cannot: {', '.join(missing)}")
 
 
+def bar_spec(spec: Dict[str, Any], data: Dict[str, Any], suite: Suite, arm: Arm) -> Dict[str, Any]:
+    """``--stop-at-bar``: in a fixed-wall-time suite, a non-reference arm is only timed to the
+    reference's bar, so it may stop there instead of running the whole budget (a 20-minute robot
+    run that reaches the bar in 5 minutes costs 5). The bar comes from the reference's runs
+    already in the results file; the run records it (``stopped_at_bar``) and the report says so."""
+    if suite.mode != "fixed" or not suite.reference or arm.name == suite.reference:
+        return spec
+    goal = bar(data)
+    if goal is None:
+        raise SystemExit(f"--stop-at-bar: no bar yet; run the reference arm first "
+                         f"(python benchmarks/bench.py {suite.name} --arms {suite.reference})")
+    return dict(spec, target=goal, mode="target", stopped_at_bar=goal)
+
+
 def run_suite(suite: Suite, seeds: Sequence[int], arms: Sequence[Arm], out_dir: str, budget_s: Optional[float] = None,
-              logdir: Optional[str] = None, machine: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+              logdir: Optional[str] = None, machine: Optional[Dict[str, Any]] = None,
+              stop_at_bar: bool = False) -> Dict[str, Any]:
     check_evaluation(suite, arms)
     path = os.path.join(out_dir, suite.name + ".json")
     data = load_results(path)
@@ -98,8 +115,11 @@ def run_suite(suite: Suite, seeds: Sequence[int], arms: Sequence[Arm], out_dir: 
     for seed in seeds:   # seed-major: a drift of the machine's speed hits every arm alike
         for arm in arms:
             sha = commit()   # per run: the tree a run measured, even if it changed during the suite
-            rec = protocol.run_child(make_spec(suite, arm, seed, budget_s), logdir)
-            rec.update(commit=sha, date=datetime.datetime.now().isoformat(timespec="seconds"),
+            spec = make_spec(suite, arm, seed, budget_s)
+            if stop_at_bar:
+                spec = bar_spec(spec, data, suite, arm)
+            rec = protocol.run_child(spec, logdir)
+            rec.update(commit=sha, stopped_at_bar=spec.get("stopped_at_bar"), date=datetime.datetime.now().isoformat(timespec="seconds"),
                        cpu_model=(machine or {}).get("cpu_model"), machine=machine)
             merge_run(data, rec)
             save_results(path, data)
@@ -283,7 +303,8 @@ def arm_rows(data: Dict[str, Any]) -> List[Dict[str, Any]]:
                 steps.append(p["steps"])
             c = (p or {}).get("cpu_s") if p else None
             cores.append(c / p["t"] if c and p["t"] else r.get("cores"))
-            final.append(final_return(r))
+            if r.get("stopped_at_bar") is None:   # a run stopped at the bar has no budget-end return
+                final.append(final_return(r))
             pts = r["points"]
             if len(pts) > 1 and pts[-1]["t"] > pts[0]["t"]:   # after the first report (warm-up)
                 sps.append((pts[-1]["steps"] - pts[0]["steps"]) / (pts[-1]["t"] - pts[0]["t"]))
@@ -337,6 +358,11 @@ def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
               "whole process tree / wall time, to the bar (over the run when not reached). "
               + (f"`x {peer} (best)` = the best median time of the `{peer}*` arms / this arm's median time."
                  if peer else "No peer in this suite: the ratio column is empty.")]
+    stopped = sorted({r["arm"] for r in data["runs"] if r.get("stopped_at_bar") is not None})
+    if stopped:
+        lines += ["", "Stopped at the bar (`--stop-at-bar`), so no return at the budget's end: "
+                  + ", ".join(f"`{a}`" for a in stopped) + " (their final-return column is over the runs "
+                  "that ran the whole budget, '–' if none)."]
     bad = [f"`{r['arm']}`: {', '.join(s for s in r['status'] if s != 'ok')}" for r in rows if r["status"] != ["ok"]]
     if bad:
         lines += ["", "Runs that did not end cleanly: " + "; ".join(bad) + "."]
@@ -427,6 +453,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="greedy evaluation of every arm every S seconds, on the clock (default: the suite's)")
     p.add_argument("--out", default=RESULTS, help="results folder (default benchmarks/results)")
     p.add_argument("--logdir", default=None, help="child logs (default: a temp folder)")
+    p.add_argument("--stop-at-bar", action="store_true",
+                   help="fixed-wall-time suites: stop each non-reference run once it reaches the reference's bar")
     p.add_argument("--report-only", action="store_true", help="rewrite OUT/SUITE.md and .png from OUT/SUITE.json")
     p.add_argument("--machine", action="store_true", help="probe the machine line only and print it")
     p.add_argument("--no-probe", action="store_true", help="do not probe the machine before running")
@@ -466,7 +494,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         machine = None if args.no_probe else machine_line(suite)
         if machine:
             print(fmt_machine(machine), flush=True)
-        run_suite(suite, seeds, arms, args.out, args.budget, args.logdir, machine)
+        run_suite(suite, seeds, arms, args.out, args.budget, args.logdir, machine, args.stop_at_bar)
     data = load_results(path)
     if not data["runs"]:
         p.error(f"no runs in {path}")

@@ -238,3 +238,28 @@ def test_every_mjlab_cartpole_arm_runs_the_suites_10_s_episodes(bench):
             assert length == 10.0, (suite.name, arm.name, length)
             checked += 1
     assert checked >= 20
+
+
+def test_stop_at_bar_times_other_arms_to_the_reference_bar_and_the_report_says_so(bench):
+    import dataclasses
+
+    suite = dataclasses.replace(bench.SUITES["fake"], mode="fixed", reference="fake-slow")
+    ref, other = suite.arms[2], suite.arms[0]
+    data = dict(mode="fixed", reference="fake-slow", runs=[])
+    with pytest.raises(SystemExit, match="run the reference arm first"):
+        bench.bar_spec(bench.make_spec(suite, other, 100), data, suite, other)
+
+    def run(arm, seed, rets, **extra):
+        pts = [dict(t=1.0 + i, train_s=float(i), steps=10 * (i + 1), ret=x, cpu_s=1.0 + i) for i, x in enumerate(rets)]
+        return dict(arm=arm, seed=seed, points=pts, status="ok", cores=1.0, eval_s=0.0, startup_s=1.0, **extra)
+
+    data["runs"] = [run("fake-slow", 100, [1.0, 3.0]), run("fake-slow", 101, [1.0, 5.0]), run("fake-slow", 102, [4.0])]
+    spec = bench.bar_spec(bench.make_spec(suite, other, 100), data, suite, other)
+    # the bar is the reference's median final return; the other arm stops there (target mode)
+    assert spec["target"] == 4.0 and spec["mode"] == "target" and spec["stopped_at_bar"] == 4.0
+    # the reference arm itself runs its whole budget
+    assert bench.bar_spec(bench.make_spec(suite, ref, 100), data, suite, ref)["mode"] == "fixed"
+    data["runs"].append(run("fake", 100, [2.0, 4.5], stopped_at_bar=4.0))
+    rows = {r["arm"]: r for r in bench.arm_rows(data)}
+    assert rows["fake"]["t"] == [2.0] and rows["fake"]["final"] == []   # timed, but no budget-end return
+    assert "Stopped at the bar" in bench.report(data)
