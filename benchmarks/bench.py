@@ -100,6 +100,15 @@ def bar_spec(spec: Dict[str, Any], data: Dict[str, Any], suite: Suite, arm: Arm)
     return dict(spec, target=goal, mode="target", stopped_at_bar=goal)
 
 
+def stamp_machine(data: Dict[str, Any], machine: Dict[str, Any]) -> None:
+    """Make ``machine`` the suite's latest probe; a run recorded before runs carried their
+    own probe keeps the suite's previous one (the probe of its session), so the header does
+    not put an old run under today's probe."""
+    for r in data["runs"]:
+        r.setdefault("machine", data.get("machine"))
+    data["machine"] = machine
+
+
 def run_suite(suite: Suite, seeds: Sequence[int], arms: Sequence[Arm], out_dir: str, budget_s: Optional[float] = None,
               logdir: Optional[str] = None, machine: Optional[Dict[str, Any]] = None,
               stop_at_bar: bool = False) -> Dict[str, Any]:
@@ -109,7 +118,7 @@ def run_suite(suite: Suite, seeds: Sequence[int], arms: Sequence[Arm], out_dir: 
     data.update(suite=suite.name, title=suite.title, protocol=protocol.PROTOCOL, target=suite.target,
                 mode=suite.mode, reference=suite.reference, peer=suite.peer)
     if machine:
-        data["machine"] = machine
+        stamp_machine(data, machine)
     logdir = logdir or tempfile.mkdtemp(prefix=f"bench_{suite.name}_")
     print(f"{suite.name}: {len(arms)} arm(s) x seeds {list(seeds)}; child logs in {logdir}", flush=True)
     for seed in seeds:   # seed-major: a drift of the machine's speed hits every arm alike

@@ -263,3 +263,13 @@ def test_stop_at_bar_times_other_arms_to_the_reference_bar_and_the_report_says_s
     rows = {r["arm"]: r for r in bench.arm_rows(data)}
     assert rows["fake"]["t"] == [2.0] and rows["fake"]["final"] == []   # timed, but no budget-end return
     assert "Stopped at the bar" in bench.report(data)
+
+
+def test_a_new_probe_does_not_relabel_runs_recorded_before_runs_carried_their_own(bench):
+    old, new = dict(sim_steps_per_s=3632.0, cpu_model="x", cores=2), dict(sim_steps_per_s=3015.0, cpu_model="x", cores=2)
+    data = dict(machine=old, runs=[dict(arm="a", seed=100, points=[]), dict(arm="b", seed=100, points=[], machine=new)])
+    bench.stamp_machine(data, new)
+    assert data["machine"] is new
+    assert data["runs"][0]["machine"] is old and data["runs"][1]["machine"] is new
+    text = bench.machines_text(data)
+    assert "3,632" in text and "3,015" in text and "`a`" in text and "`b`" in text
