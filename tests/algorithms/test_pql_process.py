@@ -2,7 +2,7 @@
 everything per step moves through shared memory. Learning Pendulum from a
 fixed seed with the ratios held, checkpoint/restore through the learner
 processes, live hyperparameters reaching them, a learner's failure surfacing
-with its traceback (also when a command was already on its way), both start methods, the seqlock's torn-read rule, and the
+with its traceback (also when a command was already on its way), both start methods, the seqlock's torn-read rule, the wake-up signal between the processes, and the
 CPU-only rule at validation."""
 import math
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rllib_fast.algorithms.pql import PQLConfig
-from rllib_fast.algorithms.pql.process_backend import SharedWeights
+from rllib_fast.algorithms.pql.process_backend import SharedWeights, Signal
 from rllib_fast.presets import preset
 
 THRESHOLD = -250.0
@@ -200,3 +200,32 @@ def test_auto_backend_is_processes_on_a_cpu_and_threads_on_a_gpu():
     assert cfg.copy().environment(env_device="cuda:0").resolved_backend() == "thread"
     assert cfg.copy().training(v_learner_device="cuda:1").resolved_backend() == "thread"
     assert cfg.copy().training(backend="thread").resolved_backend() == "thread"
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_signal_posted_in_another_process_wakes_the_waiter_and_drain_forgets_old_posts(method):
+    import multiprocessing as mp
+    import time
+
+    ctx = mp.get_context(method)
+    sig = Signal(ctx)
+    sig.post()
+    sig.post()
+    sig.drain()                                   # old posts are forgotten: the wait times out
+    t0 = time.monotonic()
+    sig.wait(0.05)
+    assert time.monotonic() - t0 >= 0.04
+    proc = ctx.Process(target=_post_after, args=(sig, 0.2))
+    proc.start()
+    t0 = time.monotonic()
+    sig.wait(10.0)                                # woken by the other process's post, not the timeout
+    assert time.monotonic() - t0 < 5.0
+    proc.join(10)
+    assert proc.exitcode == 0
+
+
+def _post_after(sig, delay):
+    import time
+
+    time.sleep(delay)
+    sig.post()

@@ -25,13 +25,13 @@ exchange. Here nothing per step is a call:
   the controller and writes back the count each learner may reach (its limit)
   at every env step and while it waits. A learner waits only when its count
   reaches its limit, or proceeds anyway after ``max_wait_s``.
-* **Waiting blocks, it does not spin**: a learner sets the shared ``learned``
-  event after each update and the Actor sets a learner's ``wake`` event when it
-  raises that learner's limit; a waiter clears its event, checks its condition,
-  then sleeps on the event (at most ``WAIT_S``, so commands and a dead peer are
-  still noticed). Why: on slow robot updates (0.15 CPU s per C51 critic update on
-  Go1) the Actor waits most of the time, and a 200 µs poll loop there burned a
-  fifth of a core that the niced learners then lacked.
+* **Waiting blocks, it does not spin**: a learner posts the shared ``learned``
+  :class:`Signal` after each update and the Actor posts a learner's ``wake`` signal
+  when it raises that learner's limit; a waiter drains its signal, checks its
+  condition, then sleeps on the signal (at most ``WAIT_S``, so commands and a dead
+  peer are still noticed). Why: on slow robot updates (0.15 CPU s per C51 critic
+  update on Go1) the Actor waits most of the time, and a 200 µs poll loop there
+  burned a fifth of a core that the niced learners then lacked.
 * **Priority**: the learners run ``learner_nice`` (default 10) below the trial
   process. With three busy processes on two cores the OS then gives the
   simulator a core first and the learners what it leaves, so the simulator
@@ -127,6 +127,27 @@ class SharedWeights:
         return s0 // 2
 
 
+class Signal:
+    """A wake-up call between processes: ``post`` (any number of times) wakes one
+    ``wait``; ``drain`` forgets the posts so far. A counting semaphore, not an Event:
+    posting is one atomic ``sem_post`` with no lock held, so a learner killed
+    mid-post cannot leave a lock that would hang the Actor's next wait. Waiters
+    always re-check their condition after a wait (a post may be stale)."""
+
+    def __init__(self, ctx):
+        self._sem = ctx.Semaphore(0)
+
+    def post(self) -> None:
+        self._sem.release()
+
+    def drain(self) -> None:
+        while self._sem.acquire(False):
+            pass
+
+    def wait(self, timeout: float) -> None:
+        self._sem.acquire(True, timeout)
+
+
 class SharedState:
     """Everything the three processes share, allocated by the trial process."""
 
@@ -145,8 +166,8 @@ class SharedState:
         self.metrics = torch.zeros(2, 2, dtype=torch.float64).share_memory_()  # cumulative take_metrics() sums
         self.failed = torch.zeros(2, dtype=torch.int64).share_memory_()
         self.live = torch.zeros(len(LIVE_KEYS), dtype=torch.float64).share_memory_()
-        self.learned = ctx.Event()                   # a learner finished an update (the Actor waits on it)
-        self.wake = [ctx.Event(), ctx.Event()]       # the Actor raised this learner's limit
+        self.learned = Signal(ctx)                   # a learner finished an update (the Actor waits on it)
+        self.wake = [Signal(ctx), Signal(ctx)]       # the Actor raised this learner's limit
         self.policy = SharedWeights(policy)
         self.critic = SharedWeights(critic)
         self.set_live(live)
@@ -242,7 +263,7 @@ class _LearnerLoop:
         t0, wake = time.monotonic(), sh.wake[self.i]
         try:
             while True:
-                wake.clear()                     # before the check: a raise after it sets the event again
+                wake.drain()                     # before the check: a raise after it posts again
                 if n <= float(sh.limits[self.i]) + 1e-9:
                     return True
                 if self.conn.poll():
@@ -313,7 +334,7 @@ class _LearnerLoop:
                 continue
             self.learner.update()
             self.shared.counts[self.i] = self.learner.updates
-            self.shared.learned.set()
+            self.shared.learned.post()
             if self.learner.updates % self.every == 0:
                 self.publish()
 
@@ -462,7 +483,7 @@ class ProcessBackend(PQLBackend):
         sh.limits.copy_(torch.tensor(new, dtype=torch.float64))
         for i in (0, 1):
             if new[i] > old[i]:   # a learner waiting on its limit may go on
-                sh.wake[i].set()
+                sh.wake[i].post()
 
     # -- driver side ---------------------------------------------------------------
     def resume(self) -> None:
@@ -486,14 +507,14 @@ class ProcessBackend(PQLBackend):
             self.resumed[role] = False
         self.shared.limits.fill_(math.inf)
         for wake in self.shared.wake:
-            wake.set()
+            wake.post()
         self.seen_policy = self.shared.policy.read_into(self.actor.policy, -1)
 
     def gate_actor(self) -> None:
         ctl, learned = self.controller, self.shared.learned
         t0 = time.monotonic()
         while True:
-            learned.clear()                      # before the check: an update after it sets it again
+            learned.drain()                      # before the check: an update after it posts again
             self._relay()
             if ctl.may_proceed("actor"):
                 break
@@ -531,7 +552,7 @@ class ProcessBackend(PQLBackend):
         ctl, learned = self.controller, self.shared.learned
         t0 = time.monotonic()
         while True:
-            learned.clear()
+            learned.drain()
             self._relay()
             if ctl.caught_up("actor") or time.monotonic() - t0 >= ctl.max_wait_s:
                 break
