@@ -281,6 +281,25 @@ def final_return(rec: Dict[str, Any]) -> Optional[float]:
     return rets[-1] if rets else None
 
 
+def return_at(rec: Dict[str, Any], t: float) -> Optional[float]:
+    """The run's last-100 training mean at wall time ``t`` (its last point at or before it)."""
+    rets = [p["ret"] for p in rec["points"] if p.get("ret") is not None and p["t"] <= t]
+    return rets[-1] if rets else None
+
+
+def degenerate_bar(data: Dict[str, Any]) -> bool:
+    """A fixed-wall-time bar that measures nothing: the reference ended no higher than its
+    first window started (it did not learn within its budget), so any arm passes the bar
+    at its first window and the time-to-bar column is start-up noise."""
+    if data.get("mode") != "fixed" or not data.get("reference"):
+        return False
+    firsts = [next((p["ret"] for p in r["points"] if p.get("ret") is not None), None)
+              for r in data["runs"] if r["arm"] == data["reference"]]
+    firsts = [x for x in firsts if x is not None]
+    goal = bar(data)
+    return bool(firsts) and goal is not None and goal <= max(firsts)
+
+
 def bar(data: Dict[str, Any]) -> Optional[float]:
     """The return each arm is timed to: the target, or in fixed mode the median final
     return of the reference arm (the return it reached within the budget)."""
@@ -334,6 +353,26 @@ def speedup(peer_t: Optional[float], t: Optional[float]) -> str:
     return "–" if peer_t == INF else f"{peer_t / t:.2f}x"
 
 
+def returns_at_table(data: Dict[str, Any]) -> List[str]:
+    """Fixed-wall-time suites: each arm's last-100 training mean at a quarter, half and all of
+    the budget (median over seeds [range]) and its env steps by the end."""
+    budget = max((float(r.get("budget_s") or 0) for r in data["runs"]), default=0.0)
+    if budget <= 0:
+        return []
+    marks = [budget / 4, budget / 2, budget]
+    head = ["arm", *[f"return at {m / 60:g} min" for m in marks], "env steps by the end"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm in dict.fromkeys(r["arm"] for r in data["runs"]):
+        runs = [r for r in data["runs"] if r["arm"] == arm]
+        cells = []
+        for m in marks:
+            vals = [x for x in (return_at(r, m) for r in runs) if x is not None]
+            cells.append(_f(median(vals), 2) + _range(vals, 2) if vals else "–")
+        steps = [r["points"][-1]["steps"] for r in runs if r["points"]]
+        out.append("| " + " | ".join([f"`{arm}`", *cells, _f(median(steps), 0) if steps else "–"]) + " |")
+    return ["Returns at fixed wall times (from process start):", "", *out]
+
+
 def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
     goal = bar(data)
     commits = sorted({r.get("commit", "?") for r in data["runs"]})
@@ -349,6 +388,10 @@ def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
                   f"first reaches it.", ""]
     else:
         lines += [f"Target: last-100 training-episode mean >= {_f(goal, 2)}.", ""]
+    if degenerate_bar(data):
+        lines += [f"**The bar measures nothing here**: `{data.get('reference')}` ended its budget no higher than its "
+                  "first window started (it did not learn), so every arm passes the bar at its first window and the "
+                  "time-to-bar column is start-up noise. Read the returns at fixed wall times below.", ""]
     rows = arm_rows(data)
     peer = data.get("peer")
     peer_t = min((median(r["t"]) for r in rows if peer and r["arm"].startswith(peer) and r["t"]), default=None)
@@ -367,6 +410,8 @@ def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
               "whole process tree / wall time, to the bar (over the run when not reached). "
               + (f"`x {peer} (best)` = the best median time of the `{peer}*` arms / this arm's median time."
                  if peer else "No peer in this suite: the ratio column is empty.")]
+    if data.get("mode") == "fixed" and data.get("reference"):
+        lines += ["", *returns_at_table(data)]
     stopped = sorted({r["arm"] for r in data["runs"] if r.get("stopped_at_bar") is not None})
     if stopped:
         lines += ["", "Stopped at the bar (`--stop-at-bar`), so no return at the budget's end: "

@@ -266,10 +266,27 @@ def test_stop_at_bar_times_other_arms_to_the_reference_bar_and_the_report_says_s
 
 
 def test_a_new_probe_does_not_relabel_runs_recorded_before_runs_carried_their_own(bench):
-    old, new = dict(sim_steps_per_s=3632.0, cpu_model="x", cores=2), dict(sim_steps_per_s=3015.0, cpu_model="x", cores=2)
+    old = dict(sim="s", sim_steps_per_s=3632.0, cpu_model="x", cores=2)
+    new = dict(sim="s", sim_steps_per_s=3015.0, cpu_model="x", cores=2)
     data = dict(machine=old, runs=[dict(arm="a", seed=100, points=[]), dict(arm="b", seed=100, points=[], machine=new)])
     bench.stamp_machine(data, new)
     assert data["machine"] is new
     assert data["runs"][0]["machine"] is old and data["runs"][1]["machine"] is new
     text = bench.machines_text(data)
     assert "3,632" in text and "3,015" in text and "`a`" in text and "`b`" in text
+
+
+def test_a_reference_that_did_not_learn_flags_its_bar_and_the_report_gives_returns_at_fixed_times(bench):
+    def run(arm, rets, budget=40.0):
+        pts = [dict(t=10.0 * (i + 1), train_s=10.0 * i, steps=100 * (i + 1), ret=x, cpu_s=1.0) for i, x in enumerate(rets)]
+        return dict(arm=arm, seed=100, points=pts, status="ok", cores=1.0, eval_s=0.0, startup_s=1.0, budget_s=budget)
+
+    data = dict(mode="fixed", reference="ref", runs=[run("ref", [0.5, 0.2, 0.3, 0.4]), run("ours", [0.1, 2.0, 4.0, 6.0])])
+    assert bench.degenerate_bar(data)                        # 0.4 at the end <= 0.5 at its first window
+    text = bench.report(data)
+    assert "The bar measures nothing here" in text
+    # quarter, half and whole budget (10, 20, 40 s): the last window at or before each
+    assert "| `ours` | 0.10 | 2.00 | 6.00 | 400 |" in text
+    data["runs"][0] = run("ref", [0.1, 0.2, 0.3, 0.4])     # a reference that learned: a real bar
+    assert not bench.degenerate_bar(data)
+    assert "measures nothing" not in bench.report(data)
