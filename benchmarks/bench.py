@@ -277,8 +277,7 @@ def first_at(rec: Dict[str, Any], value: float) -> Optional[Dict[str, Any]]:
 
 
 def final_return(rec: Dict[str, Any]) -> Optional[float]:
-    rets = [p["ret"] for p in rec["points"] if p.get("ret") is not None]
-    return rets[-1] if rets else None
+    return return_at(rec, math.inf)
 
 
 def return_at(rec: Dict[str, Any], t: float) -> Optional[float]:

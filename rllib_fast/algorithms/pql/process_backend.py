@@ -80,7 +80,7 @@ LIVE_KEYS = ("lr", "actor_lr", "tau", "grad_clip")
 #: most bytes the transition ring may take; it holds at least 8 steps
 RING_BYTES = 64 * 2 ** 20
 RING_SLOTS = 256
-#: longest sleep on an event before the waiter looks at its pipe / its peers again
+#: longest sleep on a Signal before the waiter looks at its pipe / its peers again
 WAIT_S = 0.005
 
 
@@ -479,10 +479,10 @@ class ProcessBackend(PQLBackend):
         ctl.set_count("critic", c[0])
         ctl.set_count("policy", c[1])
         old = sh.limits.tolist()
-        new = [ctl.limit("critic"), ctl.limit("policy")]
-        sh.limits.copy_(torch.tensor(new, dtype=torch.float64))
-        for i in (0, 1):
-            if new[i] > old[i]:   # a learner waiting on its limit may go on
+        for i, role in enumerate(ROLES):
+            new = ctl.limit(role)
+            sh.limits[i] = new                 # in place: nothing allocated per env step
+            if new > old[i]:                   # a learner waiting on its limit may go on
                 sh.wake[i].post()
 
     # -- driver side ---------------------------------------------------------------
