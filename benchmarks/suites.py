@@ -104,12 +104,18 @@ PQL_EXPLORATION = ("noise_type", "noise_std_min", "noise_std_max")
 
 
 def robot_arms(task: str) -> List[Arm]:
-    """Our arms of an envpool robot suite from its shipped files: FastPPO, PQL (processes and
+    """Our arms of an envpool robot suite from its shipped files: FastPPO (as shipped and learning in
+    the simulator's shadow), PQL (processes and
     threads) and SAC(n) run sequentially on PQL's file (its networks, C51 critic, replay and
     update-to-data ratio; FastSAC's initial temperature 0.001)."""
     pql = f"tune_configs/envpool-{task}-pql.yaml"
     return [
         Arm("fastppo", "rllib_fast_file", dict(path=f"tune_configs/envpool-{task}-fastppo.yaml")),
+        Arm("fastppo-overlap", "rllib_fast_file", dict(path=f"tune_configs/envpool-{task}-fastppo.yaml",
+                                                       overrides={"learn_while_stepping": True,
+                                                                  "env_config": {"num_threads": 1}}),
+            what="the same file, each update learned while the next rollout steps (the pool on 1 thread in a "
+                 "simulator process)"),
         Arm("pql", "rllib_fast_file", dict(path=pql)),
         Arm("pql-threads", "rllib_fast_file", dict(path=pql, overrides={"backend": "thread"}),
             what="the same file, learners as threads in one process"),
