@@ -161,6 +161,31 @@ def go1_arms() -> List[Arm]:
         Arm("pop_ppo-4", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pop-ppo.yaml"),
             what="PopPPO, 4 members x 16 envs on one 64-env pool; best member's own last-100 window")]
 
+#: rl_games' adaptive lr (its 'legacy' schedule): every minibatch, from the analytic KL to the
+#: Gaussians each sample had one epoch earlier
+RLG_KL = dict(kl_estimator="analytic", kl_reference="previous_epoch", adaptive_lr_every="minibatch")
+
+
+def ant_ppo_candidates() -> List[Arm]:
+    """FastPPO on Ant with rl_games' ant_envpool.yaml settings learned about half as much per env step
+    as rl_games itself (seed 100: 1,426 against 2,871 at 1.8M env steps). The candidates are the
+    differences between the two PPOs that the shared settings leave open (docs/benchmarks.md)."""
+    path = "tune_configs/envpool-ant-fastppo.yaml"
+    return [
+        Arm("rl_games-ppo", "rl_games", dict(config="configs/mujoco/ant_envpool.yaml"),
+            what="rl_games 1.6.5 PPO, its own ant_envpool.yaml (the reference)"),
+        Arm("fastppo", "rllib_fast_file", dict(path=path), what=f"`{path}` as shipped"),
+        Arm("fastppo-torch-init", "rllib_fast_file", dict(path=path, overrides={"init": "torch"}),
+            what="PyTorch's default layer init (rl_games' `initializer: default`) instead of orthogonal"),
+        Arm("fastppo-adv-batch", "rllib_fast_file", dict(path=path, overrides={"normalize_advantages_over": "batch"}),
+            what="advantages standardised over the whole batch (rl_games) instead of per minibatch"),
+        Arm("fastppo-kl-rlg", "rllib_fast_file", dict(path=path, overrides=RLG_KL),
+            what="rl_games' adaptive lr: the analytic KL of one epoch's movement, adapted every minibatch"),
+        Arm("fastppo-rlg", "rllib_fast_file", dict(path=path, overrides=dict(RLG_KL, init="torch",
+                                                                           normalize_advantages_over="batch")),
+            what="all three")]
+
+
 MASKED_TERMS = ["cart_vel", "pole_vel"]   # the velocity terms removed from mjlab's actor group
 #: rsl_rl's RNNModel as rsl_rl's and mjlab's recurrent examples configure it: one LSTM layer of 256 units
 RSL_LSTM = dict(rnn_type="lstm", rnn_hidden_dim=256, rnn_num_layers=1)
@@ -243,6 +268,9 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
     Suite("go1", "envpool Go1 joystick (flat): return reached in 20 minutes, then time to it", go1_arms(),
           mode="fixed", budget_s=1200, reference="rsl_rl-64", peer="rsl_rl",
           probe=dict(kind="envpool", task="Go1JoystickFlatTerrain-v1", num_envs=64)),
+    Suite("ant-ppo-tuning", "envpool Ant-v4: FastPPO candidates against rl_games' PPO on tuning seeds",
+          ant_ppo_candidates(), mode="fixed", budget_s=240, seeds=(1, 2, 3), reference="rl_games-ppo",
+          peer="rl_games", probe=dict(kind="envpool", task="Ant-v4", num_envs=64), tuning=True),
     Suite("ant", "envpool Ant-v4: return reached in 20 minutes, then time to it", [
         Arm("rl_games-ppo", "rl_games", dict(config="configs/mujoco/ant_envpool.yaml"),
             what="rl_games 1.6.5 PPO, its own ant_envpool.yaml"),

@@ -166,6 +166,41 @@ def test_minibatch_lr_adaptation_under_compile_matches_eager(monkeypatch):
     eager.stop(); comp.stop()
 
 
+@pytest.mark.parametrize("env", ["Pendulum", "CartPole"])
+def test_previous_epoch_kl_measures_from_where_the_last_epoch_left_each_sample(env):
+    """rl_games' KL: each minibatch's KL is read from the Gaussians its samples had when the
+    previous epoch stepped on them, so a second read with no step between is 0 while the
+    update-start reference still sees the whole movement."""
+    kls = {}
+    for ref in ("update_start", "previous_epoch"):
+        gen = torch.Generator().manual_seed(0)
+        algo = small(env, kl_estimator="analytic", kl_reference=ref).build_algo()
+        rule = algo.update_rule
+        algo._rollout()
+        batch = algo._batch(algo._targets())
+        start = rule._start_policy(batch)
+        with torch.no_grad():   # an epoch's step moved the policy
+            for p in algo.module.pi.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+        idx = torch.arange(batch.actions.shape[0])
+        first = float(rule._minibatch_kl(batch, idx, None, start))
+        second = float(rule._minibatch_kl(batch, idx, None, start))
+        kls[ref] = (first, second)
+        algo.stop()
+    assert kls["update_start"][0] > 1e-4 and kls["update_start"][1] == pytest.approx(kls["update_start"][0])
+    assert kls["previous_epoch"][0] > 1e-4
+    assert kls["previous_epoch"][1] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_previous_epoch_kl_trains_and_needs_the_analytic_estimator():
+    algo = small(kl_estimator="analytic", kl_reference="previous_epoch", lr=1e-4, num_epochs=3).build_algo()
+    r = algo.train()["learners"]["default_policy"]
+    assert r["curr_lr"] > 1e-4 and math.isfinite(r["policy_loss"])
+    algo.stop()
+    with pytest.raises(ValueError, match=r"`kl_reference` = 'previous_epoch'.*allowed: kl_estimator = 'analytic'"):
+        small(kl_reference="previous_epoch").validate()
+
+
 @pytest.mark.parametrize("key,value,allowed", [("adaptive_lr_every", "step", "'epoch', 'minibatch'"),
                                                ("kl_estimator", "exact", "'k3', 'analytic'")])
 def test_kl_option_validation(key, value, allowed):
@@ -303,7 +338,7 @@ def test_mjlab_adapter_clip_actions_false_advertises_bounds_and_does_not_clamp()
 @pytest.mark.parametrize("key,value,allowed", [
     ("normalize_advantages_over", "all", "'minibatch', 'batch'"), ("grad_clip_scope", "actor", "'global', 'per_network'"),
     ("shuffle", "never", "'epoch', 'once'"), ("std_param", "exp", "'log', 'scalar'"),
-    ("kl_reference", "start", "'auto', 'behaviour', 'update_start'")])
+    ("kl_reference", "start", "'auto', 'behaviour', 'update_start', 'previous_epoch'")])
 def test_rsl_option_validation(key, value, allowed):
     with pytest.raises(ValueError, match=rf"`{key}` = '{value}'.*allowed: one of {allowed}"):
         small(**{key: value}).validate()

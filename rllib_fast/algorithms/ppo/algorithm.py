@@ -58,7 +58,7 @@ class PPOSettings:
     normalize_advantages_over: str
     grad_clip_scope: str
     shuffle: str
-    kl_reference: str   # resolved: 'behaviour' or 'update_start'
+    kl_reference: str   # resolved: 'behaviour', 'update_start' or 'previous_epoch'
 
     @classmethod
     def from_config(cls, config) -> "PPOSettings":
@@ -214,7 +214,10 @@ class PPOUpdate(UpdateRule):
         stored, already normalised observations)."""
         with torch.no_grad():
             p, log_std = self.module.dist_params(self.actor_features(batch, None))
-            return p, (None if log_std is None else log_std.expand_as(p))
+            if log_std is not None:   # 'previous_epoch' writes per-sample stds into it: no broadcast view then
+                log_std = log_std.expand_as(p)
+                log_std = log_std.clone() if self.settings.kl_reference == "previous_epoch" else log_std
+            return p, log_std
 
     def _minibatch_kl(self, batch: OnPolicyBatch, idx: torch.Tensor, denom, start) -> torch.Tensor:
         """KL(old || current) on minibatch ``idx`` before its step (a no-grad
@@ -233,6 +236,10 @@ class PPOUpdate(UpdateRule):
                 p, log_std = self.module.dist_params(self.actor_features(batch, idx))
                 old_log_std = None if start[1] is None else start[1][idx]
                 kl = masked_mean(analytic_kl(start[0][idx], old_log_std, p, log_std), wi, denom)
+                if self.settings.kl_reference == "previous_epoch":   # rl_games: the next epoch measures from here
+                    start[0][idx] = p
+                    if start[1] is not None:
+                        start[1][idx] = log_std.expand_as(p)
             if self.settings.adaptive_lr_every == "minibatch":
                 self.learners.mean_(kl)
         return kl

@@ -66,8 +66,11 @@ class FastPPOConfig(OnPolicyConfig):
                               "the KL is this update's own movement, not also how far the acting policy lagged); "
                               "'auto': 'update_start' with learn_while_stepping (its first env steps act with "
                               "the policy one update behind), else 'behaviour' (the same policy then). The "
-                              "analytic estimator always measures from the update's start",
-                              (str,), choices=("auto", "behaviour", "update_start")),
+                              "analytic estimator measures from the update's start, or with 'previous_epoch' "
+                              "from the policy each sample had when the previous epoch stepped on it (rl_games' "
+                              "KL: one epoch's movement, so its adaptive lr runs higher; needs kl_estimator "
+                              "'analytic')",
+                              (str,), choices=("auto", "behaviour", "update_start", "previous_epoch")),
         "normalize_advantages_over": Param("minibatch", "with normalize_advantages, the statistics advantages are "
                                            "standardised with: 'minibatch' (each minibatch's, biased std) or "
                                            "'batch' (once over the whole batch, unbiased std: rsl_rl's)", (str,),
@@ -123,6 +126,10 @@ class FastPPOConfig(OnPolicyConfig):
 
     def validate_algorithm(self) -> None:
         self.validate_extensions()
+        if self.kl_reference == "previous_epoch" and self.kl_estimator != "analytic":
+            self._value_error(f"{type(self).__name__}: `kl_reference` = 'previous_epoch' keeps each sample's "
+                              f"Gaussian from the previous epoch, which only the analytic KL reads "
+                              f"(`kl_estimator` = {self.kl_estimator!r}); allowed: kl_estimator = 'analytic'")
         if self.learn_while_stepping:
             name = getattr(self.algo_class, "__name__", "this algorithm")
             if not getattr(self.algo_class, "LEARNS_WHILE_STEPPING", False):
