@@ -270,7 +270,7 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
           probe=dict(kind="envpool", task="Go1JoystickFlatTerrain-v1", num_envs=64)),
     Suite("ant-ppo-tuning", "envpool Ant-v4: FastPPO candidates against rl_games' PPO on tuning seeds",
           ant_ppo_candidates(), mode="fixed", budget_s=240, seeds=(1, 2, 3), reference="rl_games-ppo",
-          peer="rl_games", probe=dict(kind="envpool", task="Ant-v4", num_envs=64), tuning=True),
+          probe=dict(kind="envpool", task="Ant-v4", num_envs=64), tuning=True),
     Suite("ant", "envpool Ant-v4: return reached in 20 minutes, then time to it", [
         Arm("rl_games-ppo", "rl_games", dict(config="configs/mujoco/ant_envpool.yaml"),
             what="rl_games 1.6.5 PPO, its own ant_envpool.yaml"),

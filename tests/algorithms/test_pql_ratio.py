@@ -121,11 +121,17 @@ def test_pql_holds_ratios_and_learners_wait_for_a_slowed_actor(backend):
     algo = cfg.build_algo()
     try:
         algo.train()   # warm-up: fills the replay, arms the controller
+        critic = policy = 0
+        slack = 2 * 8.0   # ratio_slack 'auto': the lead in critic updates a learner may hold
         for _ in range(2):
             r = algo.train()["learners"]["default_policy"]
             assert r["beta_av_achieved"] == pytest.approx(8.0, rel=0.1)
-            assert r["beta_pv_achieved"] == pytest.approx(2.0, rel=0.1)
+            # per iteration the P-learner may sit up to `slack` critic updates behind or ahead at
+            # the iteration's edges (by design); over the iterations the ratio itself must hold
+            assert abs(r["num_policy_updates"] - r["num_critic_updates"] / 2.0) <= slack / 2.0 + 1
+            critic, policy = critic + r["num_critic_updates"], policy + r["num_policy_updates"]
             assert r["critic_wait_fraction"] > 0.3 and r["policy_wait_fraction"] > 0.3
             assert r["wait_overrides"] == 0
+        assert critic / policy == pytest.approx(2.0, rel=0.1)
     finally:
         algo.stop()
