@@ -183,7 +183,17 @@ def ant_ppo_candidates() -> List[Arm]:
             what="rl_games' adaptive lr: the analytic KL of one epoch's movement, adapted every minibatch"),
         Arm("fastppo-rlg", "rllib_fast_file", dict(path=path, overrides=dict(RLG_KL, init="torch",
                                                                            normalize_advantages_over="batch")),
-            what="all three")]
+            what="all three"),
+        Arm("fastppo-shared", "rllib_fast_file", dict(path=path, overrides={"shared_trunk": True}),
+            what="one trunk for policy and value, two linear heads (rl_games' `separate: False`)"),
+        Arm("fastppo-smooth", "rllib_fast_file", dict(path=path, overrides={"surrogate_clip": "smooth"}),
+            what="rl_games' smooth clamp of the ratio (`use_smooth_clamp: True`)"),
+        Arm("fastppo-shared-smooth", "rllib_fast_file",
+            dict(path=path, overrides={"shared_trunk": True, "surrogate_clip": "smooth"}),
+            what="both"),
+        Arm("fastppo-rlg-all", "rllib_fast_file", dict(path=path, overrides=dict(
+            RLG_KL, init="torch", normalize_advantages_over="batch", shared_trunk=True, surrogate_clip="smooth")),
+            what="all five differences: rl_games' PPO in FastPPO's loop")]
 
 
 MASKED_TERMS = ["cart_vel", "pole_vel"]   # the velocity terms removed from mjlab's actor group

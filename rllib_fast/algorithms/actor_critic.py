@@ -19,7 +19,7 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from torch import nn
 from torch.nn import functional as F
 
-from ..core.nets import mlp
+from ..core.nets import ACTIVATIONS, mlp
 from ..core.normalize import RunningMeanStd
 from ..core.rl_module_base import FastTorchRLModule
 
@@ -27,13 +27,17 @@ _LOG_2PI = math.log(2 * math.pi)
 
 
 class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
-    """Separate actor and critic MLPs.
+    """Separate actor and critic MLPs, or one trunk with two linear heads.
 
     ``model_config``: hidden_sizes, activation, init ('orthogonal' or
     'torch': ``core.nets.mlp``), std_mode, init_log_std, std_param ('log' or
     'scalar'), clip_actions (default True), normalize_obs (default True), state_dim (asymmetric actor-critic: the
     critic reads the source's privileged ``states`` of this width, normalised
-    by their own ``state_norm``; None: the critic reads the observation).
+    by their own ``state_norm``; None: the critic reads the observation),
+    shared_trunk (default False: every hidden layer shared by policy and
+    value, each a linear head on top -- rl_games' ``separate: False``; the
+    value loss then shapes the policy's features too, so ``vf_loss_coeff``
+    weighs the two tasks; needs the critic to read the observation).
     """
 
     def setup(self) -> None:
@@ -66,6 +70,17 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
         state_dim = mc.get("state_dim")
         self.asymmetric = state_dim is not None
         pi_in, vf_in = self.head_input_dims(obs_dim, int(state_dim) if self.asymmetric else obs_dim)
+        self.shared_trunk = bool(mc.get("shared_trunk", False))
+        if self.shared_trunk:
+            if self.asymmetric or pi_in != vf_in:
+                raise ValueError(f"{type(self).__name__}: shared_trunk = True needs the critic to read the actor's "
+                                 "input (an asymmetric critic reads states); allowed: shared_trunk = False, or "
+                                 "asymmetric_critic = False")
+            # the hidden layers once (their last one with its activation), each head a linear layer on top
+            self.trunk = nn.Sequential(*mlp(pi_in, hidden[:-1], hidden[-1], act, out_gain=math.sqrt(2), init=init),
+                                       ACTIVATIONS[act]())
+            pi_in = vf_in = hidden[-1]
+            hidden = []
         self.pi = mlp(pi_in, hidden, out, act, out_gain=0.01, init=init)
         self.vf = mlp(vf_in, hidden, 1, act, out_gain=1.0, init=init)
         self.obs_norm = RunningMeanStd((obs_dim,))
@@ -100,8 +115,13 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
         states = states.float().reshape(states.shape[0], -1)
         return self.state_norm.normalize(states) if self.normalize_obs else states
 
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """What the heads read: the shared trunk's output, or ``x`` itself when
+        the actor and critic are separate networks."""
+        return self.trunk(x) if self.shared_trunk else x
+
     def dist_params(self, obs_n: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor | None]:
-        out = self.pi(obs_n)
+        out = self.pi(self.features(obs_n))
         if self.discrete:
             return out, None
         if self.state_dependent_std:
@@ -146,7 +166,7 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
         """Critic output in normalised-return units, from the critic's input as
         prepared for it: normalised observations, or ``critic_input(states)``
         for an asymmetric critic."""
-        return self.vf(critic_in).squeeze(-1)
+        return self.vf(self.features(critic_in)).squeeze(-1)
 
     def to_env_action(self, a: torch.Tensor) -> torch.Tensor:
         if self.discrete:

@@ -47,8 +47,8 @@ def state_dim(config: Any, env: Any, algo_name: str) -> Optional[int]:
     exposes no states."""
     mode = getattr(config, "asymmetric_critic", "auto")
     space = getattr(env, "single_state_space", None)
-    if mode is False:
-        return None
+    if mode is False or (mode == "auto" and getattr(config, "shared_trunk", False)):
+        return None   # a shared trunk reads one input for both heads: the observation
     if space is None:
         err = states_error(algo_name, mode, space, config.env)
         if err:

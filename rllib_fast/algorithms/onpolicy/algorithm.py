@@ -52,6 +52,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
                           "init": cfg.init, "std_mode": cfg.std_mode, "init_log_std": cfg.init_log_std,
                           "std_param": cfg.std_param, "clip_actions": cfg.clip_actions,
                           "normalize_obs": self.normalize_obs, "state_dim": self.state_dim,
+                          "shared_trunk": bool(getattr(cfg, "shared_trunk", False)),
                           **recurrent_model_config(cfg)},
         ).to(self.device)
         self.params = list(self.module.parameters())

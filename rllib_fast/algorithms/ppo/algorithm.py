@@ -59,6 +59,7 @@ class PPOSettings:
     grad_clip_scope: str
     shuffle: str
     kl_reference: str   # resolved: 'behaviour', 'update_start' or 'previous_epoch'
+    surrogate_clip: str
 
     @classmethod
     def from_config(cls, config) -> "PPOSettings":
@@ -183,7 +184,8 @@ class PPOUpdate(UpdateRule):
         kl_old = None if batch.kl_logp is None else batch.kl_logp[idx]
         return ppo_loss(logp, entropy, batch.logp[idx], adv, v, batch.value_targets[idx], batch.old_values[idx],
                         clip_param=s.clip_param, vf_clip_param=s.vf_clip_param, vf_loss_coeff=s.vf_loss_coeff,
-                        entropy_coeff=s.entropy_coeff, w=wi, denom=denom, kl_old_logp=kl_old)
+                        entropy_coeff=s.entropy_coeff, w=wi, denom=denom, kl_old_logp=kl_old,
+                        smooth_clip=s.surrogate_clip == "smooth")
 
     def clip_groups(self) -> list:
         """``grad_clip_scope='per_network'``: the actor (policy network and its std)

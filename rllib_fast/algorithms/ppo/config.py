@@ -5,6 +5,7 @@ from ...core.params import Param, real_pair, with_defaults
 from ...core.start_method import START_METHODS
 from ..extensions.rnd import rnd_error
 from ..extensions.symmetry import symmetry_error
+from .loss import SURROGATE_CLIPS
 from ..onpolicy.config import OnPolicyConfig
 from ..recurrent_module import RECURRENT_HYPERPARAMETERS
 
@@ -82,6 +83,16 @@ class FastPPOConfig(OnPolicyConfig):
                          "permutation per update, reused by every epoch: rsl_rl's) or 'none' (storage order; with "
                          "rnn_type, contiguous blocks of envs: rsl_rl's recurrent minibatches)", (str,),
                          choices=("epoch", "once", "none")),
+        "surrogate_clip": Param("hard", "how the surrogate bounds the probability ratio: 'hard' (PPO's clamp to "
+                                "[1 - clip_param, 1 + clip_param]) or 'smooth' (a sigmoid between the same bounds, "
+                                "slope 1 at ratio 1, whose gradient shrinks instead of stopping: rl_games' "
+                                "use_smooth_clamp, on in its MuJoCo/Isaac Gym configs)", (str,),
+                                choices=SURROGATE_CLIPS, live=True),
+        "shared_trunk": Param(False, "one network for policy and value: every hidden layer shared, each a linear "
+                              "head on top (rl_games' separate: False); vf_loss_coeff then weighs how much the "
+                              "value loss shapes the policy's features. The critic reads the observation (with "
+                              "asymmetric_critic 'auto' a source's states are then not used); not with rnn_type, "
+                              "grad_clip_scope 'per_network' or asymmetric_critic True", (bool,)),
         "adam_eps": Param(1e-5, "Adam epsilon (rsl_rl: torch's default 1e-8)", low=0.0, low_open=True),
         "symmetry": Param(None, "symmetry augmentation and/or mirror loss (rsl_rl's symmetry_cfg; FastPPO, and "
                           "PopPPO per member): a dict {mirror_fn: 'module:function' or a callable (obs=, actions=, "
@@ -119,6 +130,22 @@ class FastPPOConfig(OnPolicyConfig):
             self._value_error(f"{type(self).__name__}: `rnd` needs one learner (`num_learners` = "
                               f"{self.num_learners}); allowed: num_learners <= 1")
 
+    def validate_shared_trunk(self) -> None:
+        """``shared_trunk`` = True: one trunk reads one input for both heads, so
+        nothing may give the critic its own input or its own gradient norm."""
+        name = type(self).__name__
+        if self.rnn_type is not None:
+            self._value_error(f"{name}: `shared_trunk` = True is for feed-forward networks (`rnn_type` = "
+                              f"{self.rnn_type!r}); allowed with shared_trunk: rnn_type = None")
+        if self.grad_clip_scope != "global":
+            self._value_error(f"{name}: `shared_trunk` = True shares parameters between actor and critic, so "
+                              f"`grad_clip_scope` = {self.grad_clip_scope!r} cannot split them; allowed with "
+                              "shared_trunk: grad_clip_scope = 'global'")
+        if self.asymmetric_critic is True:
+            self._value_error(f"{name}: `shared_trunk` = True has the critic read the observation, "
+                              "`asymmetric_critic` = True asks for the source's states; allowed with shared_trunk: "
+                              "asymmetric_critic = 'auto' or False")
+
     def __init__(self, algo_class=None):
         from .algorithm import FastPPO
 
@@ -126,6 +153,8 @@ class FastPPOConfig(OnPolicyConfig):
 
     def validate_algorithm(self) -> None:
         self.validate_extensions()
+        if self.shared_trunk:
+            self.validate_shared_trunk()
         if self.kl_reference == "previous_epoch" and self.kl_estimator != "analytic":
             self._value_error(f"{type(self).__name__}: `kl_reference` = 'previous_epoch' keeps each sample's "
                               f"Gaussian from the previous epoch, which only the analytic KL reads "

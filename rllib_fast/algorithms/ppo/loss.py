@@ -28,9 +28,26 @@ class PPOLossTerms(NamedTuple):
     stats: torch.Tensor   # [policy loss, value loss, entropy, KL, clip fraction] (each [K] with a member axis)
 
 
-def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip, w=None, denom=None, dim=None) -> torch.Tensor:
-    """Schulman et al.'s clipped surrogate as a loss: ``-mean(min(r A, clip(r, 1-e, 1+e) A))``."""
-    surr = torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
+#: how the surrogate bounds the ratio (FastPPO's ``surrogate_clip``)
+SURROGATE_CLIPS = ("hard", "smooth")
+
+
+def smooth_clamp(x: torch.Tensor, low, high) -> torch.Tensor:
+    """A sigmoid from ``low`` to ``high`` that passes through the midpoint with
+    slope 1: ``low + (high - low) * sigmoid(4 (x - low) / (high - low) - 2)``
+    (rl_games' ``use_smooth_clamp``). Around ratio 1 it is the identity to first
+    order; unlike a hard clamp it never cuts a sample's gradient to zero, it
+    only shrinks it as the ratio leaves the trust region."""
+    width = high - low
+    return low + width * torch.sigmoid(4.0 * (x - low) / width - 2.0)
+
+
+def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip, w=None, denom=None, dim=None,
+                      smooth: bool = False) -> torch.Tensor:
+    """Schulman et al.'s clipped surrogate as a loss: ``-mean(min(r A, clip(r, 1-e, 1+e) A))``;
+    ``smooth``: the clip is :func:`smooth_clamp` (rl_games' smoothed actor loss)."""
+    bounded = smooth_clamp(ratio, 1 - clip, 1 + clip) if smooth else ratio.clamp(1 - clip, 1 + clip)
+    surr = torch.min(ratio * adv, bounded * adv)
     return -masked_mean(surr, w, denom, dim)
 
 
@@ -60,8 +77,8 @@ def clip_fraction(ratio: torch.Tensor, clip, w=None, denom=None, dim=None) -> to
 def ppo_loss(logp: torch.Tensor, entropy: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
              v: torch.Tensor, targets: torch.Tensor, old_v: torch.Tensor, *, clip_param,
              vf_clip_param: Optional[float], vf_loss_coeff, entropy_coeff,
-             w=None, denom=None, kl_old_logp: Optional[torch.Tensor] = None, dim: Optional[int] = None
-             ) -> PPOLossTerms:
+             w=None, denom=None, kl_old_logp: Optional[torch.Tensor] = None, dim: Optional[int] = None,
+             smooth_clip: bool = False) -> PPOLossTerms:
     """The PPO objective on one minibatch from the policy's log-probabilities
     and entropies and the critic's values (advantages already standardised
     where asked): ``pg + vf_coeff * vf - ent_coeff * entropy``. The KL statistic
@@ -69,10 +86,10 @@ def ppo_loss(logp: torch.Tensor, entropy: torch.Tensor, old_logp: torch.Tensor, 
     ``kl_old_logp`` (the policy at the update's start: ``kl_reference``).
     ``dim=-1``: a population's ``[K, B]`` minibatch, one loss per member
     (``loss`` ``[K]``, ``stats`` ``[5, K]``; ``clip_param`` ``[K, 1]``, the loss
-    weights ``[K]``)."""
+    weights ``[K]``). ``smooth_clip``: the ratio is bounded by :func:`smooth_clamp`."""
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
-    pg_loss = clipped_surrogate(ratio, adv, clip_param, w, denom, dim)
+    pg_loss = clipped_surrogate(ratio, adv, clip_param, w, denom, dim, smooth=smooth_clip)
     vf_loss = clipped_value_loss(v, targets, old_v, vf_clip_param, w, denom, dim)
     ent = masked_mean(entropy, w, denom, dim)
     loss = pg_loss + vf_loss_coeff * vf_loss - entropy_coeff * ent

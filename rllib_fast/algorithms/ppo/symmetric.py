@@ -49,7 +49,7 @@ def symmetric_ppo_loss(rule, batch: OnPolicyBatch, idx: torch.Tensor, denom: Opt
                      repeated(batch.value_targets[idx]), repeated(batch.old_values[idx]),
                      clip_param=s.clip_param, vf_clip_param=s.vf_clip_param, vf_loss_coeff=s.vf_loss_coeff,
                      entropy_coeff=s.entropy_coeff, w=repeated(wi), denom=None if denom is None else denom * rep,
-                     kl_old_logp=repeated(kl_old))
+                     kl_old_logp=repeated(kl_old), smooth_clip=s.surrogate_clip == "smooth")
     with torch.no_grad():
         log_ratio = logp[:m].detach() - (batch.logp[idx] if kl_old is None else kl_old)
         kl = approx_kl(log_ratio.exp(), log_ratio, wi, denom)
