@@ -44,7 +44,7 @@ def test_smooth_surrogate_keeps_a_gradient_where_the_hard_clip_stops():
     loss = clipped_surrogate(ratio, adv, 0.2, smooth=True)
     loss.backward()
     assert float(ratio.grad) < 0.0   # descending the loss still raises this ratio a little
-    assert float(loss) == pytest.approx(-float(smooth_clamp(torch.tensor(1.5), 0.8, 1.2)))
+    assert float(loss.detach()) == pytest.approx(-float(smooth_clamp(torch.tensor(1.5), 0.8, 1.2)))
     # negative advantage, ratio inside the trust region: both terms the same to first order
     r = torch.tensor([1.0])
     assert float(clipped_surrogate(r, -adv, 0.2, smooth=True)) == pytest.approx(1.0)
@@ -140,3 +140,39 @@ def test_surrogate_clip_validation_and_popppo_rejects_both():
     for key, value in (("shared_trunk", True), ("surrogate_clip", "smooth")):
         with pytest.raises(ValueError, match=rf"`{key}` = {value!r} is not implemented by PopPPO"):
             PopPPOConfig().environment("Pendulum").training(**{key: value}).validate()
+
+
+# -- bounds_loss_coeff ---------------------------------------------------------------------------------
+def test_bounds_loss_hand_values():
+    """Means (0.5, 1.5) and (-2.0, 1.1): (1.5-1.1)^2 = 0.16, (2.0-1.1)^2 = 0.81; mean of 0.16 and 0.81."""
+    from rllib_fast.algorithms.ppo.loss import bounds_loss
+
+    mean = torch.tensor([[0.5, 1.5], [-2.0, 1.1]])
+    assert float(bounds_loss(mean)) == pytest.approx((0.16 + 0.81) / 2)
+    assert float(bounds_loss(torch.tensor([[1.0, -1.1]]))) == 0.0
+    assert float(bounds_loss(mean, w=torch.tensor([1.0, 0.0]), denom=torch.tensor(1.0))) == pytest.approx(0.16)
+
+
+def test_bounds_loss_pulls_an_outlying_mean_back_and_only_then():
+    """A policy head biased to mean 3: with the bound loss the update moves the
+    mean toward the bound; the surrogate alone (all samples clipped to 1) barely does."""
+    def mean_after(coeff):
+        algo = small(bounds_loss_coeff=coeff, hidden_sizes=[16], init_log_std=-3.0, adaptive_lr_kl_target=None,
+                     lr=1e-2).build_algo()
+        with torch.no_grad():
+            algo.module.pi[-1].bias.fill_(3.0)
+        for _ in range(3):
+            algo.train()
+        with torch.no_grad():
+            m = float(algo.module.dist_params(torch.zeros(1, 3))[0].mean())
+        algo.stop()
+        return m
+
+    assert mean_after(1.0) < mean_after(0.0) - 0.1
+
+
+def test_bounds_loss_validation():
+    with pytest.raises(ValueError, match=r"`bounds_loss_coeff` = -1.0 is out of range; allowed: float in \[0.0, inf\)"):
+        small(bounds_loss_coeff=-1.0).validate()
+    with pytest.raises(ValueError, match=r"`bounds_loss_coeff` = 0.1 bounds Gaussian action means.*allowed: 0.0"):
+        small("CartPole", bounds_loss_coeff=0.1).build_algo()

@@ -32,7 +32,7 @@ from ..onpolicy.batch import OnPolicyBatch, Targets
 from ..onpolicy.reductions import masked_mean, standardize
 from ..onpolicy.update import UpdateRule
 from .config import FastPPOConfig
-from .loss import analytic_kl, approx_kl, kl_adapted_lr, ppo_loss
+from .loss import analytic_kl, approx_kl, bounds_loss, kl_adapted_lr, ppo_loss
 from .overlap import OverlapSchedule, ShadowMeter
 from .recurrent import RecurrentActing, SequenceMinibatches
 from .symmetric import symmetric_ppo_loss
@@ -60,6 +60,7 @@ class PPOSettings:
     shuffle: str
     kl_reference: str   # resolved: 'behaviour', 'update_start' or 'previous_epoch'
     surrogate_clip: str
+    bounds_loss_coeff: float
 
     @classmethod
     def from_config(cls, config) -> "PPOSettings":
@@ -171,6 +172,17 @@ class PPOUpdate(UpdateRule):
     def loss(self, batch: OnPolicyBatch, idx: Optional[torch.Tensor], denom: Optional[torch.Tensor]):
         """One minibatch's clipped-surrogate loss and its ``STATS``; the part of
         the step ``compile`` compiles (minibatch shapes are fixed)."""
+        s, module = self.settings, self.module
+        if s.bounds_loss_coeff > 0:   # rl_games' bound loss on the action means, beside either form
+            terms = self.surrogate_loss(batch, idx, denom)
+            wi = batch.weights[idx] if batch.weights is not None else None
+            mean, _ = module.dist_params(self.actor_features(batch, idx))
+            return terms._replace(loss=terms.loss + s.bounds_loss_coeff * bounds_loss(mean, wi, denom))
+        return self.surrogate_loss(batch, idx, denom)
+
+    def surrogate_loss(self, batch: OnPolicyBatch, idx: Optional[torch.Tensor], denom: Optional[torch.Tensor]):
+        """The clipped-surrogate PPO loss of one minibatch (with its mirrors when
+        the symmetry extension augments the data)."""
         s, module = self.settings, self.module
         if self.symmetry is not None and batch.mirrored is not None:
             return symmetric_ppo_loss(self, batch, idx, denom)
@@ -325,6 +337,9 @@ class FastPPO(RecurrentActing, OnPolicyAlgorithm):
     def build(self) -> None:
         # the optional extensions, held as components (None: off); built before the
         # update rule, which the base build makes and which holds the symmetry
+        if self.config.bounds_loss_coeff > 0 and self.env.is_discrete:
+            raise ValueError(f"{type(self).__name__}: `bounds_loss_coeff` = {self.config.bounds_loss_coeff} bounds "
+                             f"Gaussian action means; {self.config.env!r} has discrete actions; allowed: 0.0")
         self.symmetry = make_symmetry(self.config.symmetry, self.env)
         self.rnd = make_rnd(self.config.rnd, self.config, self.env, self.device)
         super().build()

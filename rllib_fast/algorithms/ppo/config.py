@@ -88,6 +88,10 @@ class FastPPOConfig(OnPolicyConfig):
                                 "slope 1 at ratio 1, whose gradient shrinks instead of stopping: rl_games' "
                                 "use_smooth_clamp, on in its MuJoCo/Isaac Gym configs)", (str,),
                                 choices=SURROGATE_CLIPS, live=True),
+        "bounds_loss_coeff": Param(0.0, "weight of rl_games' bound loss: sum over action dimensions of the squared "
+                                   "amount each Gaussian mean leaves [-1.1, 1.1] (continuous actions, in the "
+                                   "policy's [-1, 1] units; rl_games' Humanoid uses 0.0005); 0: off", low=0.0,
+                                   live=True),
         "shared_trunk": Param(False, "one network for policy and value: every hidden layer shared, each a linear "
                               "head on top (rl_games' separate: False); vf_loss_coeff then weighs how much the "
                               "value loss shapes the policy's features. The critic reads the observation (with "

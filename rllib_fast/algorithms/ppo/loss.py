@@ -63,6 +63,20 @@ def clipped_value_loss(v: torch.Tensor, targets: torch.Tensor, old_v: torch.Tens
     return 0.5 * masked_mean(vf, w, denom, dim)
 
 
+#: where rl_games' bound loss starts to push a Gaussian's mean back (the action bounds are +-1)
+SOFT_BOUND = 1.1
+
+
+def bounds_loss(mean: torch.Tensor, w=None, denom=None, dim=None) -> torch.Tensor:
+    """rl_games' bound loss (``bound_loss_type: regularisation``): the squared
+    distance by which each action mean leaves ``[-1.1, 1.1]``, summed over action
+    dimensions, averaged over the minibatch. Why: sampled actions are clipped to
+    [-1, 1] before the env, so a mean far outside gets no gradient from the
+    surrogate once every sample is clipped, and can drift; this keeps it near."""
+    excess = (mean.abs() - SOFT_BOUND).clamp_min(0.0)
+    return masked_mean(excess.square().sum(-1), w, denom, dim)
+
+
 def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor, w=None, denom=None, dim=None) -> torch.Tensor:
     """KL(old || new) estimated as ``mean((r - 1) - log r)`` (Schulman's k3:
     unbiased, never negative): what the adaptive-KL lr reads."""
