@@ -111,6 +111,10 @@ def robot_arms(task: str) -> List[Arm]:
     pql = f"tune_configs/envpool-{task}-pql.yaml"
     return [
         Arm("fastppo", "rllib_fast_file", dict(path=f"tune_configs/envpool-{task}-fastppo.yaml")),
+        Arm("fastppo-settings-only", "rllib_fast_file", dict(path=f"tune_configs/envpool-{task}-fastppo.yaml",
+                                                             overrides=SETTINGS_ONLY),
+            what="the same file with FastPPO's own algorithmic defaults, rl_games' hyperparameters only "
+                 "(the file's first form)"),
         Arm("fastppo-overlap", "rllib_fast_file", dict(path=f"tune_configs/envpool-{task}-fastppo.yaml",
                                                        overrides={"learn_while_stepping": True,
                                                                   "env_config": {"num_threads": 1}}),
@@ -164,36 +168,45 @@ def go1_arms() -> List[Arm]:
 #: rl_games' adaptive lr (its 'legacy' schedule): every minibatch, from the analytic KL to the
 #: Gaussians each sample had one epoch earlier
 RLG_KL = dict(kl_estimator="analytic", kl_reference="previous_epoch", adaptive_lr_every="minibatch")
+#: the envpool robot files' first mapping of rl_games: its hyperparameters with FastPPO's own algorithmic
+#: defaults (separate networks, orthogonal init, per-minibatch advantages, the k3 KL per epoch, the hard clip).
+#: Kept as an arm so the first results stay reproducible and the gap to rl_games' algorithm stays measured.
+SETTINGS_ONLY = dict(init="orthogonal", normalize_advantages_over="minibatch", kl_estimator="k3",
+                     kl_reference="auto", adaptive_lr_every="epoch", shared_trunk=False, surrogate_clip="hard")
 
 
 def ant_ppo_candidates() -> List[Arm]:
-    """FastPPO on Ant with rl_games' ant_envpool.yaml settings learned about half as much per env step
-    as rl_games itself (seed 100: 1,426 against 2,871 at 1.8M env steps). The candidates are the
-    differences between the two PPOs that the shared settings leave open (docs/benchmarks.md)."""
+    """FastPPO on Ant with rl_games' ant_envpool.yaml hyperparameters only (``SETTINGS_ONLY``) learned
+    about half as much per env step as rl_games itself (seed 100: 1,426 against 2,871 at 1.8M env
+    steps). The candidates are the differences between the two PPOs that the shared hyperparameters
+    leave open, each added to that first mapping, and all of them: what the shipped file now is
+    (docs/sources.md, "FastPPO vs rl_games' PPO")."""
     path = "tune_configs/envpool-ant-fastppo.yaml"
+
+    def one(**change):
+        return dict(path=path, overrides=dict(SETTINGS_ONLY, **change))
+
     return [
         Arm("rl_games-ppo", "rl_games", dict(config="configs/mujoco/ant_envpool.yaml"),
             what="rl_games 1.6.5 PPO, its own ant_envpool.yaml (the reference)"),
-        Arm("fastppo", "rllib_fast_file", dict(path=path), what=f"`{path}` as shipped"),
-        Arm("fastppo-torch-init", "rllib_fast_file", dict(path=path, overrides={"init": "torch"}),
-            what="PyTorch's default layer init (rl_games' `initializer: default`) instead of orthogonal"),
-        Arm("fastppo-adv-batch", "rllib_fast_file", dict(path=path, overrides={"normalize_advantages_over": "batch"}),
-            what="advantages standardised over the whole batch (rl_games) instead of per minibatch"),
-        Arm("fastppo-kl-rlg", "rllib_fast_file", dict(path=path, overrides=RLG_KL),
-            what="rl_games' adaptive lr: the analytic KL of one epoch's movement, adapted every minibatch"),
-        Arm("fastppo-rlg", "rllib_fast_file", dict(path=path, overrides=dict(RLG_KL, init="torch",
-                                                                           normalize_advantages_over="batch")),
-            what="all three"),
-        Arm("fastppo-shared", "rllib_fast_file", dict(path=path, overrides={"shared_trunk": True}),
-            what="one trunk for policy and value, two linear heads (rl_games' `separate: False`)"),
-        Arm("fastppo-smooth", "rllib_fast_file", dict(path=path, overrides={"surrogate_clip": "smooth"}),
-            what="rl_games' smooth clamp of the ratio (`use_smooth_clamp: True`)"),
-        Arm("fastppo-shared-smooth", "rllib_fast_file",
-            dict(path=path, overrides={"shared_trunk": True, "surrogate_clip": "smooth"}),
-            what="both"),
-        Arm("fastppo-rlg-all", "rllib_fast_file", dict(path=path, overrides=dict(
-            RLG_KL, init="torch", normalize_advantages_over="batch", shared_trunk=True, surrogate_clip="smooth")),
-            what="all five differences: rl_games' PPO in FastPPO's loop")]
+        Arm("fastppo-settings-only", "rllib_fast_file", dict(path=path, overrides=SETTINGS_ONLY),
+            what="rl_games' hyperparameters with FastPPO's own algorithmic defaults (the file's first form)"),
+        Arm("fastppo-torch-init", "rllib_fast_file", one(init="torch"),
+            what="+ PyTorch's default layer init (rl_games' `initializer: default`) instead of orthogonal"),
+        Arm("fastppo-adv-batch", "rllib_fast_file", one(normalize_advantages_over="batch"),
+            what="+ advantages standardised over the whole batch (rl_games) instead of per minibatch"),
+        Arm("fastppo-kl-rlg", "rllib_fast_file", one(**RLG_KL),
+            what="+ rl_games' adaptive lr: the analytic KL of one epoch's movement, adapted every minibatch"),
+        Arm("fastppo-rlg", "rllib_fast_file", one(**RLG_KL, init="torch", normalize_advantages_over="batch"),
+            what="+ all three"),
+        Arm("fastppo-shared", "rllib_fast_file", one(shared_trunk=True),
+            what="+ one trunk for policy and value, two linear heads (rl_games' `separate: False`)"),
+        Arm("fastppo-smooth", "rllib_fast_file", one(surrogate_clip="smooth"),
+            what="+ rl_games' smooth clamp of the ratio (`use_smooth_clamp: True`)"),
+        Arm("fastppo-shared-smooth", "rllib_fast_file", one(shared_trunk=True, surrogate_clip="smooth"),
+            what="+ both"),
+        Arm("fastppo-rlg-all", "rllib_fast_file", dict(path=path),
+            what="+ all five differences: rl_games' PPO in FastPPO's loop (the file as shipped now)")]
 
 
 MASKED_TERMS = ["cart_vel", "pole_vel"]   # the velocity terms removed from mjlab's actor group
