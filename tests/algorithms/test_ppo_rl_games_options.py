@@ -176,3 +176,22 @@ def test_bounds_loss_validation():
         small(bounds_loss_coeff=-1.0).validate()
     with pytest.raises(ValueError, match=r"`bounds_loss_coeff` = 0.1 bounds Gaussian action means.*allowed: 0.0"):
         small("CartPole", bounds_loss_coeff=0.1).build_algo()
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_shared_trunk_policy_exports_and_acts_as_forward_inference(tmp_path, fmt):
+    if fmt == "onnx":
+        ort = pytest.importorskip("onnxruntime")
+    algo = small(shared_trunk=True, hidden_sizes=[16, 16]).build_algo()
+    algo.train()
+    obs = torch.randn(32, 3, generator=torch.Generator().manual_seed(1)) * 3
+    with torch.no_grad():
+        expected = algo.get_module().forward_inference({Columns.OBS: obs})[Columns.ACTIONS]
+    path = algo.export_policy(tmp_path / f"policy.{fmt}", format=fmt)
+    if fmt == "onnx":
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        actual = torch.as_tensor(session.run(None, {"obs": obs.numpy()})[0])
+    else:
+        actual = torch.jit.load(str(path))(obs)
+    torch.testing.assert_close(actual.float(), expected.float(), atol=1e-5, rtol=0)
+    algo.stop()
