@@ -34,17 +34,21 @@ def test_auto_slack_never_lets_two_components_block_each_other(beta_av, beta_pv)
     time.sleep(0.2)                                  # all started
     with c.cond:
         before, overrides = dict(c.counts), dict(c.overrides)
-    time.sleep(0.8)
+    time.sleep(1.0)
     with c.cond:
         after, overrides_after = dict(c.counts), dict(c.overrides)
     stop.set()
     c.close()
     for t in threads:
         t.join()
-    # blocked components advance only through overrides, a few units per max_wait_s; free
-    # ones thousands
-    assert min(after[n] - before[n] for n in c.names) > 100, (before, after)
+    # Blocked components would advance only through overrides, one per max_wait_s each; free ones
+    # advance at the rates the ratios allow beside the busiest (thousands on an idle machine, tens to
+    # hundreds beside a loaded one: the check is relative, not a speed).
+    d = {n: after[n] - before[n] for n in c.names}
     assert sum(overrides_after.values()) - sum(overrides.values()) <= 2, (overrides, overrides_after)
+    assert min(d.values()) >= 5, d
+    for name, per_critic_update in (("actor", 1 / beta_av), ("policy", 1 / beta_pv)):
+        assert d[name] >= 0.5 * per_critic_update * d["critic"] - slack, (name, d, slack)
 
 
 def test_explicit_slack_that_can_deadlock_is_rejected():
