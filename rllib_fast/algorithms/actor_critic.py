@@ -9,7 +9,7 @@ actions are produced in [-1, 1] units and mapped affinely to the env's bounds
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -121,7 +121,22 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
         return self.trunk(x) if self.shared_trunk else x
 
     def dist_params(self, obs_n: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor | None]:
-        out = self.pi(self.features(obs_n))
+        return self._dist_of_head(self.pi(self.features(obs_n)))
+
+    def dist_params_and_value(self, obs_n: torch.Tensor, critic_in: torch.Tensor):
+        """``(mean or logits, log_std, value)`` for a training minibatch. With
+        ``shared_trunk`` the critic reads the observation, so the trunk runs once
+        for both heads (``critic_in`` is then the same rows as ``obs_n`` and is
+        not read); otherwise the actor and the critic each read their own input.
+        Why: the trunk is most of the network, and PPO's loss needs both heads on
+        every minibatch."""
+        if self.shared_trunk:
+            h = self.trunk(obs_n)
+            return (*self._dist_of_head(self.pi(h)), self.vf(h).squeeze(-1))
+        return (*self.dist_params(obs_n), self.value(critic_in))
+
+    def _dist_of_head(self, out: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor | None]:
+        """The policy head's output as distribution parameters (logits, or mean and log std)."""
         if self.discrete:
             return out, None
         if self.state_dependent_std:
@@ -152,7 +167,11 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
 
     def evaluate_actions(self, obs_n: torch.Tensor, actions: torch.Tensor):
         """Log-probs and entropies of given actions (for the PPO loss)."""
-        p, log_std = self.dist_params(obs_n)
+        return self.logp_entropy(*self.dist_params(obs_n), actions)
+
+    def logp_entropy(self, p: torch.Tensor, log_std: Optional[torch.Tensor], actions: torch.Tensor):
+        """Log-probs of ``actions`` and entropies under the distribution ``(p, log_std)``
+        (:meth:`dist_params`' output)."""
         if self.discrete:
             logp_all = F.log_softmax(p, dim=-1)
             logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)

@@ -19,13 +19,14 @@ children set their own counts (one thread each) where they start.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
-__all__ = ["CoreReservation", "reserve_cores", "reserved_cores", "usable_cores"]
+__all__ = ["CoreReservation", "reserve_cores", "reserved_cores", "torch_threads", "usable_cores"]
 
 _lock = threading.Lock()
 _reserved = 0
@@ -95,3 +96,21 @@ def reserve_cores(cores: int) -> CoreReservation:
     r = CoreReservation(cores)
     r._take()
     return r
+
+
+@contextlib.contextmanager
+def torch_threads(n: Optional[int]) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` inside the block and restored after
+    (None: unchanged). Why: a simulator stepping on its own worker threads in this
+    process (envpool) shares the cores with torch's OpenMP pool, whose threads
+    spin for a while after each matrix product; during a rollout, whose forwards
+    are small, one torch thread leaves the simulator its cores (docs/sources.md)."""
+    before = torch.get_num_threads()
+    if n is None or int(n) == before:
+        yield
+        return
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -141,6 +141,11 @@ class TensorVecEnv:
     #: ``obs_normalization`` of the task's registered rsl_rl config), or None: no
     #: advice. On-policy algorithms' ``normalize_obs='auto'`` follows it.
     normalize_obs_hint: Optional[bool] = None
+    #: Whether ``step`` runs the simulation on worker threads of the source's own
+    #: in this process (envpool's thread pool). Then torch's OpenMP threads,
+    #: spinning after the policy's forward, take the cores those workers need:
+    #: on-policy algorithms act with one torch thread (``acting_threads='auto'``).
+    steps_on_worker_threads: bool = False
 
     # -- required ---------------------------------------------------------
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:  # pragma: no cover - interface

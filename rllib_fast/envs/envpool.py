@@ -170,6 +170,9 @@ class EnvPoolVecEnv(GymVectorEnvAdapter):
     ``episode_metrics()`` (per-episode means of the task's reward terms).
     """
 
+    #: the pool's C++ threads step the envs while this process waits in ``recv``
+    steps_on_worker_threads = True
+
     def __init__(self, task_id: str, num_envs: int, device: Any = "cpu", seed: Optional[int] = None,
                  **make_kwargs: Any):
         self.task_id = task_id

@@ -195,9 +195,10 @@ def test_parity_tracks_rsl_rl_runner_step_for_step_on_mjlab():
     r_opt_step = runner.alg.optimizer.step
     runner.alg.optimizer.step = lambda *a, **k: (lrs["rsl"].append(float(runner.alg.optimizer.param_groups[0]["lr"])),
                                                 r_opt_step(*a, **k))[1]
-    f_grad_step = rule.gradient_step
-    rule.gradient_step = lambda b, i, d: (lrs["fast"].append(float(rule.optimizer.param_groups[0]["lr"])),
-                                          f_grad_step(b, i, d))[1]
+    # the lr each step applies (FastPPO adapts it inside the gradient step, after the forward)
+    f_opt_step = rule.optimizer.step
+    rule.optimizer.step = lambda *a, **k: (lrs["fast"].append(float(rule.optimizer.param_groups[0]["lr"])),
+                                           f_opt_step(*a, **k))[1]
     mb = t * n // 4
     for it in range(2):
         runner.learn(1, init_at_random_ep_len=(it == 0))

@@ -21,13 +21,14 @@ import torch
 from ...core.algorithm import FastAlgorithm
 from ...core.compile import compiled
 from ...core.multi_learner import episode_report, log_learner_episodes
+from ...core.threads import torch_threads
 from ...core.rollout import RolloutStorage, compute_gae
 from ...envs.base import Step
 from ..asymmetric import current_states, final_states, state_dim, step_states
 from ..recurrent_module import actor_critic_class, recurrent_model_config
 from .batch import OnPolicyBatch, Targets
 from .collectives import LOCAL_PARAMETERS, LearnerCollectives, ParamSync
-from .config import decorrelation_horizon, resolve_normalize_obs
+from .config import decorrelation_horizon, resolve_acting_threads, resolve_normalize_obs
 from .update import UpdateRule
 
 
@@ -41,6 +42,9 @@ class OnPolicyAlgorithm(FastAlgorithm):
     def build(self) -> None:
         cfg, env = self.config, self.env
         self.normalize_obs = resolve_normalize_obs(cfg.normalize_obs, env)
+        #: torch threads the rollout acts with (None: unchanged)
+        self.acting_threads = resolve_acting_threads(cfg.acting_threads, env,
+                                                     bool(getattr(cfg, "learn_while_stepping", False)))
         # asymmetric actor-critic: the critic (and its input normaliser) read the source's states
         self.state_dim = state_dim(cfg, env, type(self).__name__)
         self.critic_key, self.final_critic_key = (("states", "final_states") if self.state_dim is not None
@@ -237,7 +241,17 @@ class OnPolicyAlgorithm(FastAlgorithm):
         rollout (stored normalised obs are exactly what the policy saw) and
         absorb the whole rollout once at the end; episode accounting is also
         one batched update per rollout."""
-        env, st, module = self.env, self.storage, self.module
+        with torch_threads(self.acting_threads):
+            self._rollout_steps()
+        st = self.storage
+        valid = st["valid"] if self.any_invalid else None
+        self.tracker.update_batch(st["rewards"], st["done"], valid)
+        if self.normalize_obs:
+            self.module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self.reduce_over_learners)
+
+    def _rollout_steps(self) -> None:
+        """The rollout's T act-and-step iterations, into the storage."""
+        st = self.storage
         for t in range(self.horizon):
             if self.normalize_obs:
                 st["raw_obs"][t].copy_(self.obs.reshape(self.obs.shape[0], -1))
@@ -260,10 +274,6 @@ class OnPolicyAlgorithm(FastAlgorithm):
                 st["final_states"][t].copy_(final_states(step))
                 self.states = step_states(step)
             self.param_sync.after_sampling_step(t)
-        valid = st["valid"] if self.any_invalid else None
-        self.tracker.update_batch(st["rewards"], st["done"], valid)
-        if self.normalize_obs:
-            module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self.reduce_over_learners)
 
     def _record_step(self, t: int, step: Step) -> None:
         """After env step ``t`` of a rollout, before the next observation replaces

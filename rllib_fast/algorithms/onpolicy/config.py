@@ -24,6 +24,17 @@ def decorrelation_horizon(setting: Optional[int], env: Any) -> int:
     return max(0, int(setting))
 
 
+def resolve_acting_threads(setting: Any, env: Any, overlapped: bool = False) -> Optional[int]:
+    """torch threads a rollout acts with (``acting_threads``), None: unchanged. 'auto'
+    is 1 for a CPU source that steps on its own worker threads in this process, unless
+    the update runs inside the rollout (``overlapped``: FastPPO's learn_while_stepping,
+    whose minibatch steps want every thread)."""
+    if setting != "auto":
+        return None if setting is None else int(setting)
+    on_cpu = getattr(getattr(env, "device", None), "type", "cpu") == "cpu"
+    return 1 if on_cpu and env.steps_on_worker_threads and not overlapped else None
+
+
 def resolve_normalize_obs(setting: Any, env: Any) -> bool:
     """``normalize_obs`` in effect: an explicit True/False, or for ``'auto'`` the
     source's ``normalize_obs_hint`` (the task authors' choice, e.g. mjlab's rsl_rl
@@ -74,6 +85,13 @@ class OnPolicyConfig(FastConfig):
                                    "actions, after the source's episode clocks are randomised where it has "
                                    "them (None: the time limit or 100, at most 32768 / num_envs; 0: off)",
                                    (int,), low=0, optional=True),
+        "acting_threads": Param("auto", "torch intra-op threads while a rollout acts (its forwards are small): "
+                                "'auto' = 1 when the source steps on worker threads of its own in this "
+                                "process (envpool on CPU: torch's spinning OpenMP threads would take their "
+                                "cores), else unchanged; an int: that many; None: unchanged. The update "
+                                "keeps torch's threads", (str, int), optional=True,
+                                check=(lambda v: v == "auto" or (isinstance(v, int) and not isinstance(v, bool)
+                                                                 and v >= 1), "'auto', an int >= 1 or None")),
         "compile": COMPILE,
     }
 

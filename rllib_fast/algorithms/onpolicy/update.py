@@ -83,6 +83,7 @@ class UpdateRule:
         if self.whole_step is not None and self.learners.dist is None:
             return self.whole_step(batch, idx, denom)
         loss, stats = self.loss_fn(batch, idx, denom)
+        self.after_forward()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.before_apply()
@@ -97,6 +98,10 @@ class UpdateRule:
         """The parameter groups ``grad_clip`` bounds the gradient norm of, each on
         its own: all parameters together (FastPPO's ``grad_clip_scope`` may split them)."""
         return [self.params]
+
+    def after_forward(self) -> None:
+        """Between the loss's forward and the gradient's application (PPO reads
+        its adaptive lr's KL off the training forward here)."""
 
     def before_apply(self) -> None:
         """Between backward and the gradient's application (HTSA2C's delayed

@@ -115,6 +115,11 @@ class PPOUpdate(UpdateRule):
             batch = batch._replace(kl_logp=self._start_logp(batch))
         if s.normalize_advantages and s.normalize_advantages_over == "batch":   # once, rsl_rl's unbiased std
             batch = batch._replace(advantages=standardize(batch.advantages, w, self.learners.sum_, unbiased=True))
+        measure_kl = per_minibatch or start is not None
+        # the KL read off the minibatch's own training forward (its parameters are the ones a separate
+        # no-grad pass would see): one actor forward fewer per minibatch
+        self._fused_kl = (self._fuse_kl_context(batch, start, lr_t)
+                          if measure_kl and self.can_fuse_forward(batch) else None)
         perm = None
         for _ in range(s.num_epochs):
             if perm is None or s.shuffle == "epoch":   # 'once': every epoch reuses the first order
@@ -124,10 +129,15 @@ class PPOUpdate(UpdateRule):
                 idx = self.minibatch_rows(batch, perm, i)
                 # global masked means across data-parallel learners (one all-reduce, outside the step)
                 denom = self.learners.mean_denominator(w[idx] if w is not None else None, idx.shape[0], device)
-                kl = self._minibatch_kl(batch, idx, denom, start) if per_minibatch or start is not None else None
-                if per_minibatch:   # rsl_rl: adapt before the step, and the step uses the new lr
-                    self._adapt_lr_tensor(lr_t, kl)
-                mstats = self.gradient_step(batch, idx, denom)
+                if self._fused_kl is not None:   # measured (and the lr adapted) inside the step, before it applies
+                    self._fused_kl.update(idx=idx, denom=denom)
+                    mstats = self.gradient_step(batch, idx, denom)
+                    kl = self._fused_kl.pop("kl")
+                else:
+                    kl = self._minibatch_kl(batch, idx, denom, start) if measure_kl else None
+                    if per_minibatch:   # rsl_rl: adapt before the step, and the step uses the new lr
+                        self._adapt_lr_tensor(lr_t, kl)
+                    mstats = self.gradient_step(batch, idx, denom)
                 self.after_step()
                 with torch.no_grad():
                     stats[:5] += mstats
@@ -137,6 +147,7 @@ class PPOUpdate(UpdateRule):
             if adapt and not per_minibatch:
                 self.learners.mean_(epoch_kl)  # every learner adapts lr from the same KL
                 self._adapt_lr(float(epoch_kl) / s.num_minibatches)
+        self._fused_kl = None
         out: Dict[str, Any] = {key: stats[i] / stats[5] for i, key in enumerate(self.STATS)}
         with torch.no_grad():
             targets = batch.value_targets
@@ -170,34 +181,75 @@ class PPOUpdate(UpdateRule):
         return batch.critic_in if idx is None else batch.critic_in[idx]
 
     def loss(self, batch: OnPolicyBatch, idx: Optional[torch.Tensor], denom: Optional[torch.Tensor]):
-        """One minibatch's clipped-surrogate loss and its ``STATS``; the part of
+        """One minibatch's clipped-surrogate loss and its ``STATS`` (with rl_games'
+        bound loss on the action means when ``bounds_loss_coeff`` > 0); the part of
         the step ``compile`` compiles (minibatch shapes are fixed)."""
         s, module = self.settings, self.module
-        if s.bounds_loss_coeff > 0:   # rl_games' bound loss on the action means, beside either form
-            terms = self.surrogate_loss(batch, idx, denom)
-            wi = batch.weights[idx] if batch.weights is not None else None
-            mean, _ = module.dist_params(self.actor_features(batch, idx))
-            return terms._replace(loss=terms.loss + s.bounds_loss_coeff * bounds_loss(mean, wi, denom))
+        if self.symmetry is not None and batch.mirrored is not None:
+            terms = symmetric_ppo_loss(self, batch, idx, denom)
+            if s.bounds_loss_coeff > 0:   # on the originals' means (one more actor forward)
+                wi = batch.weights[idx] if batch.weights is not None else None
+                mean, _ = module.dist_params(self.actor_features(batch, idx))
+                terms = terms._replace(loss=terms.loss + s.bounds_loss_coeff * bounds_loss(mean, wi, denom))
+            return terms
         return self.surrogate_loss(batch, idx, denom)
 
     def surrogate_loss(self, batch: OnPolicyBatch, idx: Optional[torch.Tensor], denom: Optional[torch.Tensor]):
-        """The clipped-surrogate PPO loss of one minibatch (with its mirrors when
-        the symmetry extension augments the data)."""
+        """The clipped-surrogate PPO loss of one minibatch from one forward of
+        each head (the shared trunk once for both): the surrogate, the value loss,
+        the entropy and the bound loss all read it, and so does the adaptive lr's
+        KL when it is fused (``_fused_kl``)."""
         s, module = self.settings, self.module
-        if self.symmetry is not None and batch.mirrored is not None:
-            return symmetric_ppo_loss(self, batch, idx, denom)
         w = batch.weights
         wi = w[idx] if w is not None else None
-        logp, entropy = module.evaluate_actions(self.actor_features(batch, idx), batch.actions[idx])
+        actor_in = self.actor_features(batch, idx)
+        # with a shared trunk the critic reads the observation (validated), so its input is actor_in
+        critic_in = actor_in if module.shared_trunk else self.critic_features(batch, idx)
+        p, log_std, v = module.dist_params_and_value(actor_in, critic_in)
+        logp, entropy = module.logp_entropy(p, log_std, batch.actions[idx])
+        if self._fused_kl is not None:
+            self._fused_kl["forward"] = (p.detach(), None if log_std is None else log_std.detach(), logp.detach())
         adv = batch.advantages[idx]
         if s.normalize_advantages and s.normalize_advantages_over == "minibatch":
             adv = standardize(adv, wi, self.learners.sum_)
-        v = module.value(self.critic_features(batch, idx))
         kl_old = None if batch.kl_logp is None else batch.kl_logp[idx]
-        return ppo_loss(logp, entropy, batch.logp[idx], adv, v, batch.value_targets[idx], batch.old_values[idx],
-                        clip_param=s.clip_param, vf_clip_param=s.vf_clip_param, vf_loss_coeff=s.vf_loss_coeff,
-                        entropy_coeff=s.entropy_coeff, w=wi, denom=denom, kl_old_logp=kl_old,
-                        smooth_clip=s.surrogate_clip == "smooth")
+        terms = ppo_loss(logp, entropy, batch.logp[idx], adv, v, batch.value_targets[idx], batch.old_values[idx],
+                         clip_param=s.clip_param, vf_clip_param=s.vf_clip_param, vf_loss_coeff=s.vf_loss_coeff,
+                         entropy_coeff=s.entropy_coeff, w=wi, denom=denom, kl_old_logp=kl_old,
+                         smooth_clip=s.surrogate_clip == "smooth")
+        if s.bounds_loss_coeff > 0:   # rl_games' bound loss on the action means, beside either clip
+            terms = terms._replace(loss=terms.loss + s.bounds_loss_coeff * bounds_loss(p, wi, denom))
+        return terms
+
+    #: read the adaptive lr's KL off the training forward where that is exact (tests switch it off
+    #: to compare against the separate no-grad pass)
+    fuse_kl_forward = True
+    #: the fused KL's context during one update (None: a separate no-grad forward measures the KL)
+    _fused_kl: Optional[Dict[str, Any]] = None
+
+    def can_fuse_forward(self, batch: OnPolicyBatch) -> bool:
+        """Whether the adaptive lr's KL can be read off the minibatch's training
+        forward: the loss runs eagerly (a compiled loss or whole-step graph cannot
+        hand its forward out) and is the plain surrogate (the symmetric loss's
+        forward covers the mirrors too)."""
+        return (self.fuse_kl_forward and self.whole_step is None and self.loss_fn == self.loss
+                and not (self.symmetry is not None and batch.mirrored is not None))
+
+    def _fuse_kl_context(self, batch: OnPolicyBatch, start, lr_t) -> Dict[str, Any]:
+        return {"batch": batch, "start": start, "lr_t": lr_t}
+
+    def after_forward(self) -> None:
+        """With the KL fused: measure it from the forward the loss just ran (the
+        minibatch's parameters before its step), and adapt the lr per minibatch
+        before the step applies, as the separate pass did (rsl_rl's order)."""
+        ctx = self._fused_kl
+        if ctx is None:
+            return
+        p, log_std, logp = ctx.pop("forward")
+        kl = self._kl_of(ctx["batch"], ctx["idx"], ctx["denom"], ctx["start"], p, log_std, logp)
+        if self.settings.adaptive_lr_every == "minibatch":
+            self._adapt_lr_tensor(ctx["lr_t"], kl)
+        ctx["kl"] = kl
 
     def clip_groups(self) -> list:
         """``grad_clip_scope='per_network'``: the actor (policy network and its std)
@@ -239,15 +291,21 @@ class PPOUpdate(UpdateRule):
         rollout's log-probabilities, or with ``start`` the analytic KL from the
         policy at the update's start. Averaged over data-parallel learners when the
         lr adapts per minibatch (per epoch, the epoch's sum is averaged once)."""
+        with torch.no_grad():
+            p, log_std = self.module.dist_params(self.actor_features(batch, idx))
+            logp = None if start is not None else self.module.logp_entropy(p, log_std, batch.actions[idx])[0]
+        return self._kl_of(batch, idx, denom, start, p, log_std, logp)
+
+    def _kl_of(self, batch: OnPolicyBatch, idx: torch.Tensor, denom, start, p, log_std, logp) -> torch.Tensor:
+        """:meth:`_minibatch_kl` from the current policy's (detached) distribution
+        ``p, log_std`` on minibatch ``idx`` and its actions' log-probabilities ``logp``."""
         w = batch.weights
         wi = w[idx] if w is not None else None
         with torch.no_grad():
             if start is None:
-                logp, _ = self.module.evaluate_actions(self.actor_features(batch, idx), batch.actions[idx])
                 log_ratio = logp - (batch.logp if batch.kl_logp is None else batch.kl_logp)[idx]
                 kl = approx_kl(log_ratio.exp(), log_ratio, wi, denom)
             else:
-                p, log_std = self.module.dist_params(self.actor_features(batch, idx))
                 old_log_std = None if start[1] is None else start[1][idx]
                 kl = masked_mean(analytic_kl(start[0][idx], old_log_std, p, log_std), wi, denom)
                 if self.settings.kl_reference == "previous_epoch":   # rl_games: the next epoch measures from here
