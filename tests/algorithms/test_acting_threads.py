@@ -76,3 +76,10 @@ def test_torch_threads_restores_on_error(two_threads):
     assert torch.get_num_threads() == 2
     with torch_threads(None):
         assert torch.get_num_threads() == 2
+
+
+def test_hts_rejects_a_setting_it_would_not_apply():
+    from rllib_fast.algorithms.hts import HTSPPOConfig
+    with pytest.raises(ValueError, match=r"acting_threads.*not applied by HTS-RL.*allowed: 'auto'"):
+        HTSPPOConfig().environment("Pendulum").training(acting_threads=1).validate()
+    assert HTSPPOConfig().environment("Pendulum", num_envs=4).build_algo().acting_threads is None

@@ -122,6 +122,7 @@ class HTSAlgorithm(OnPolicyAlgorithm):
     # -- construction ------------------------------------------------------------------------
     def build(self) -> None:
         super().build()  # module, optimizer, one [alpha, N] storage, start-state decorrelation
+        self.acting_threads = None   # executors act while the learner trains: torch's threads stay as they are
         cfg = self.config
         self.alpha = self.horizon
         self.obs = self.obs.clone()          # the shared state buffer: updated in place from now on

@@ -64,6 +64,9 @@ def validate_hts(cfg) -> None:
     if cfg.num_actors > cfg.num_executors:
         cfg.reject(f"{name}: `num_actors` = {cfg.num_actors} exceeds `num_executors` = "
                    f"{cfg.num_executors}; allowed: 1..num_executors")
+    if cfg.acting_threads != "auto":   # torch's thread count is the process's, and HTS learns while it acts
+        cfg.reject(f"{name}: `acting_threads` = {cfg.acting_threads!r} is not applied by HTS-RL (its executors act "
+                   "while the learner trains, in one process); allowed: 'auto'")
     if cfg.executor_processes and not isinstance(cfg.env, str):
         cfg.reject(f"{name}: `executor_processes` = True needs `env` given by name; allowed: a "
                    "registry name such as 'gym:CartPole-v1' or 'minatar:breakout'")
