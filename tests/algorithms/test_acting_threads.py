@@ -49,17 +49,20 @@ def test_auto_leaves_a_torch_source_alone(two_threads):
 
 
 def test_explicit_counts_and_none(two_threads):
-    assert envpool_ppo(acting_threads=None).build_algo().acting_threads is None
+    algo = envpool_ppo(acting_threads=None).build_algo()
+    assert algo.acting_threads is None
+    algo.stop()
     algo = FastA2CConfig().environment("Pendulum", num_envs=4).training(rollout_length=4,
                                                                          acting_threads=1).build_algo()
     assert threads_seen(algo) == {"act": {1}, "learn": {2}}
 
 
-def test_learning_while_stepping_keeps_the_threads():
+def test_learning_while_stepping_keeps_the_threads(two_threads):
     """The overlapped update takes its minibatch steps inside the rollout."""
     algo = envpool_ppo(learn_while_stepping=True).build_algo()
     assert algo.acting_threads is None
     algo.stop()
+    assert torch.get_num_threads() == 2   # the simulator process's core reservation released
 
 
 @pytest.mark.parametrize("bad", [0, -1, "one", 1.5, True])
@@ -82,4 +85,6 @@ def test_hts_rejects_a_setting_it_would_not_apply():
     from rllib_fast.algorithms.hts import HTSPPOConfig
     with pytest.raises(ValueError, match=r"acting_threads.*not applied by HTS-RL.*allowed: 'auto'"):
         HTSPPOConfig().environment("Pendulum").training(acting_threads=1).validate()
-    assert HTSPPOConfig().environment("Pendulum", num_envs=4).build_algo().acting_threads is None
+    algo = HTSPPOConfig().environment("Pendulum", num_envs=4).build_algo()
+    assert algo.acting_threads is None
+    algo.stop()
