@@ -102,6 +102,7 @@ class FrameStack(TensorVecEnv):
         self.single_action_space = env.single_action_space
         self.max_episode_steps = getattr(env, "max_episode_steps", None)
         self.normalize_obs_hint = getattr(env, "normalize_obs_hint", None)
+        self.steps_on_worker_threads = getattr(env, "steps_on_worker_threads", False)
         h, w, c = (int(s) for s in space.shape)
         self._hwc = (h, w, c)
         self.single_observation_space = gym.spaces.Box(

@@ -672,6 +672,7 @@ class SerialVecEnv(TensorVecEnv):
         self.single_action_space = e0.single_action_space
         self.max_episode_steps = getattr(e0, "max_episode_steps", None)
         self.normalize_obs_hint = getattr(e0, "normalize_obs_hint", None)
+        self.steps_on_worker_threads = getattr(e0, "steps_on_worker_threads", False)   # stepped in this process
         self.autoreset_mode = getattr(e0, "autoreset_mode", None)  # NEXT_STEP: resets one step late
         self.single_state_space = getattr(e0, "single_state_space", None)  # asymmetric critic's states
         wg = W // G

@@ -101,6 +101,7 @@ class VariableTimeEnv(TensorVecEnv):
         self.single_action_space = env.single_action_space
         self.max_episode_steps = getattr(env, "max_episode_steps", None)
         self.normalize_obs_hint = getattr(env, "normalize_obs_hint", None)
+        self.steps_on_worker_threads = getattr(env, "steps_on_worker_threads", False)
         self.autoreset_mode = getattr(env, "autoreset_mode", None)  # NEXT_STEP: resets one step late
         self.last_step_time = 0.0
         self.total_sleep_s = 0.0

@@ -119,10 +119,12 @@ class HTSAlgorithm(OnPolicyAlgorithm):
             raise errors[0]
         return [f.result() for f in futures]
 
+    def learns_while_acting(self) -> bool:
+        return True   # the executors act while the learner trains
+
     # -- construction ------------------------------------------------------------------------
     def build(self) -> None:
         super().build()  # module, optimizer, one [alpha, N] storage, start-state decorrelation
-        self.acting_threads = None   # executors act while the learner trains: torch's threads stay as they are
         cfg = self.config
         self.alpha = self.horizon
         self.obs = self.obs.clone()          # the shared state buffer: updated in place from now on

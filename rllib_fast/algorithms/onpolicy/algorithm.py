@@ -21,8 +21,8 @@ import torch
 from ...core.algorithm import FastAlgorithm
 from ...core.compile import compiled
 from ...core.multi_learner import episode_report, log_learner_episodes
-from ...core.threads import torch_threads
 from ...core.rollout import RolloutStorage, compute_gae
+from ...core.threads import torch_threads
 from ...envs.base import Step
 from ..asymmetric import current_states, final_states, state_dim, step_states
 from ..recurrent_module import actor_critic_class, recurrent_model_config
@@ -43,8 +43,7 @@ class OnPolicyAlgorithm(FastAlgorithm):
         cfg, env = self.config, self.env
         self.normalize_obs = resolve_normalize_obs(cfg.normalize_obs, env)
         #: torch threads the rollout acts with (None: unchanged)
-        self.acting_threads = resolve_acting_threads(cfg.acting_threads, env,
-                                                     bool(getattr(cfg, "learn_while_stepping", False)))
+        self.acting_threads = resolve_acting_threads(cfg.acting_threads, env, self.learns_while_acting())
         # asymmetric actor-critic: the critic (and its input normaliser) read the source's states
         self.state_dim = state_dim(cfg, env, type(self).__name__)
         self.critic_key, self.final_critic_key = (("states", "final_states") if self.state_dim is not None
@@ -248,6 +247,11 @@ class OnPolicyAlgorithm(FastAlgorithm):
         self.tracker.update_batch(st["rewards"], st["done"], valid)
         if self.normalize_obs:
             self.module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self.reduce_over_learners)
+
+    def learns_while_acting(self) -> bool:
+        """Whether the update runs while the policy acts, in this process (FastPPO's
+        ``learn_while_stepping``; HTS-RL always): then acting keeps torch's threads."""
+        return bool(getattr(self.config, "learn_while_stepping", False))
 
     def _rollout_steps(self) -> None:
         """The rollout's T act-and-step iterations, into the storage."""

@@ -27,8 +27,8 @@ def decorrelation_horizon(setting: Optional[int], env: Any) -> int:
 def resolve_acting_threads(setting: Any, env: Any, overlapped: bool = False) -> Optional[int]:
     """torch threads a rollout acts with (``acting_threads``), None: unchanged. 'auto'
     is 1 for a CPU source that steps on its own worker threads in this process, unless
-    the update runs inside the rollout (``overlapped``: FastPPO's learn_while_stepping,
-    whose minibatch steps want every thread)."""
+    the update runs while the policy acts (``overlapped``: FastPPO's learn_while_stepping,
+    HTS-RL), whose minibatch steps want every thread."""
     if setting != "auto":
         return None if setting is None else int(setting)
     on_cpu = getattr(getattr(env, "device", None), "type", "cpu") == "cpu"

@@ -118,7 +118,7 @@ class PPOUpdate(UpdateRule):
         measure_kl = per_minibatch or start is not None
         # the KL read off the minibatch's own training forward (its parameters are the ones a separate
         # no-grad pass would see): one actor forward fewer per minibatch
-        self._fused_kl = (self._fuse_kl_context(batch, start, lr_t)
+        self._fused_kl = ({"batch": batch, "start": start, "lr_t": lr_t}
                           if measure_kl and self.can_fuse_forward(batch) else None)
         perm = None
         for _ in range(s.num_epochs):
@@ -234,9 +234,6 @@ class PPOUpdate(UpdateRule):
         forward covers the mirrors too)."""
         return (self.fuse_kl_forward and self.whole_step is None and self.loss_fn == self.loss
                 and not (self.symmetry is not None and batch.mirrored is not None))
-
-    def _fuse_kl_context(self, batch: OnPolicyBatch, start, lr_t) -> Dict[str, Any]:
-        return {"batch": batch, "start": start, "lr_t": lr_t}
 
     def after_forward(self) -> None:
         """With the KL fused: measure it from the forward the loss just ran (the
