@@ -329,6 +329,18 @@ def _train_rsl_rl(session: Any, env: Any, runner: Any) -> None:
         env.close()
 
 
+def _override_rl_cfg(rl_cfg: Any, overrides: Optional[Mapping[str, Any]]) -> None:
+    """Set runner keys of mjlab's rsl_rl config dataclass in place: ``"x"`` or ``"section.x"``
+    (``"algorithm.entropy_coef"``, ``"actor.distribution_cfg"``). An unknown key is an error,
+    so a typo cannot leave the peer silently on its defaults."""
+    for k, v in (overrides or {}).items():
+        obj, _, attr = k.rpartition(".")
+        target = getattr(rl_cfg, obj) if obj else rl_cfg
+        if not hasattr(target, attr):
+            raise ValueError(f"rsl_rl overrides: no key {k!r} in mjlab's runner config")
+        setattr(target, attr, v)
+
+
 def build_rsl_rl_mjlab(task: str, num_envs: int, seed: int, episode_length_s: Optional[float] = None,
                        overrides: Optional[Mapping[str, Any]] = None, drop_actor_terms: Sequence[str] = (),
                        rnn: Optional[Mapping[str, Any]] = None, rnn_on: str = "actor", device: str = "cpu"):
@@ -353,9 +365,7 @@ def build_rsl_rl_mjlab(task: str, num_envs: int, seed: int, episode_length_s: Op
 
     rl_cfg = load_rl_cfg(task)
     rl_cfg.seed = seed
-    for k, v in (overrides or {}).items():
-        obj, _, attr = k.rpartition(".")
-        setattr(getattr(rl_cfg, obj) if obj else rl_cfg, attr, v)
+    _override_rl_cfg(rl_cfg, overrides)
     if rnn:
         if rnn_on not in ("actor", "critic", "both"):
             raise ValueError(f"rsl_rl_mjlab: rnn_on = {rnn_on!r}; allowed: actor, critic, both")
@@ -392,10 +402,12 @@ def rsl_rl_mjlab(session: Any, task: str, num_envs: int, episode_length_s: Optio
     _train_rsl_rl(session, env, runner)
 
 
-def rsl_rl_envpool(session: Any, task: str, num_envs: int, mjlab_task: str) -> None:
+def build_rsl_rl_envpool(task: str, num_envs: int, seed: int, mjlab_task: str,
+                         overrides: Optional[Mapping[str, Any]] = None):
     """rsl_rl 5.4's OnPolicyRunner on an envpool pool through
     ``peers/envpool_rsl_rl.py``'s ``EnvpoolRslVecEnv(task_id, num_envs, seed, device)``,
-    with the PPO settings mjlab registers for ``mjlab_task`` (e.g. its Go1 velocity task)."""
+    with the PPO settings mjlab registers for ``mjlab_task`` (e.g. its Go1 velocity task);
+    ``overrides`` as :func:`build_rsl_rl_mjlab`'s (dotted runner keys). Returns ``(env, runner)``."""
     import dataclasses
 
     import torch
@@ -405,12 +417,20 @@ def rsl_rl_envpool(session: Any, task: str, num_envs: int, mjlab_task: str) -> N
 
     from peers.envpool_rsl_rl import EnvpoolRslVecEnv
 
-    torch.manual_seed(session.seed)
-    env = EnvpoolRslVecEnv(task.removeprefix("envpool:"), num_envs, session.seed, "cpu")
-    cfg = dataclasses.asdict(load_rl_cfg(mjlab_task))
-    cfg["seed"] = session.seed
+    rl_cfg = load_rl_cfg(mjlab_task)
+    _override_rl_cfg(rl_cfg, overrides)   # before the pool: a bad key fails in a second, not after its build
+    torch.manual_seed(seed)
+    env = EnvpoolRslVecEnv(task.removeprefix("envpool:"), num_envs, seed, "cpu")
+    cfg = dataclasses.asdict(rl_cfg)
+    cfg["seed"] = seed
     # mjlab's runner: rsl_rl's OnPolicyRunner with mjlab's clean-up of unset model keys (cnn/rnn)
-    runner = MjlabOnPolicyRunner(env, cfg, None, "cpu")
+    return env, MjlabOnPolicyRunner(env, cfg, None, "cpu")
+
+
+def rsl_rl_envpool(session: Any, task: str, num_envs: int, mjlab_task: str,
+                   overrides: Optional[Mapping[str, Any]] = None) -> None:
+    """rsl_rl's runner on an envpool pool (:func:`build_rsl_rl_envpool`), trained on the clock."""
+    env, runner = build_rsl_rl_envpool(task, num_envs, session.seed, mjlab_task, overrides)
     _train_rsl_rl(session, env, runner)
 
 

@@ -8,6 +8,7 @@ what a user gets. ``threads=1`` pins torch/OMP to one thread (rate suites, fake 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -165,6 +166,43 @@ def go1_arms() -> List[Arm]:
         Arm("pop_ppo-4", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pop-ppo.yaml"),
             what="PopPPO, 4 members x 16 envs on one 64-env pool; best member's own last-100 window")]
 
+#: mjlab's Go1 actor distribution with a smaller initial std (rsl_rl's GaussianDistribution keys)
+GO1_STD = 0.3
+
+
+def go1_ppo_candidates() -> List[Arm]:
+    """PPO on Go1 at the 64 envs this CPU affords did not learn in 20 minutes (rsl_rl's runner and
+    FastPPO with mjlab's settings: last-100 return 0.00, falls within ~30 steps). Playground's Go1
+    reward is clipped at 0 per step, so a robot that falls at once earns exactly 0 and PPO's
+    advantages carry no signal, while mjlab's initial std 1.0 and entropy bonus keep it falling.
+    The candidates start nearer the standing pose: initial std 0.3, no entropy bonus, for rsl_rl's
+    runner (the peer with the same change) and for FastPPO with the same settings."""
+    fastppo = "tune_configs/envpool-go1-joystick-fastppo.yaml"
+    std = dict(init_log_std=round(math.log(GO1_STD), 4), entropy_coeff=0.0)
+    rsl = dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64, mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1")
+    return [
+        Arm("rsl_rl-64", "rsl_rl_envpool", rsl, what="rsl_rl's runner, mjlab's Go1 PPO settings (the reference)"),
+        Arm("rsl_rl-64-std0.3", "rsl_rl_envpool",
+            dict(rsl, overrides={"actor.distribution_cfg": {"class_name": "GaussianDistribution",
+                                                            "init_std": GO1_STD, "std_type": "scalar"},
+                                 "algorithm.entropy_coef": 0.0}),
+            what=f"the same, initial std {GO1_STD} and no entropy bonus"),
+        Arm("fastppo-std0.3", "rllib_fast_file", dict(path=fastppo, overrides=std),
+            what=f"`{fastppo}` (rsl_rl's settings), initial std {GO1_STD} and no entropy bonus")]
+
+
+def humanoid_ppo_candidates() -> List[Arm]:
+    """On Humanoid a synchronous PPO iteration cannot beat the pool's time plus the update's
+    (docs/benchmarks.md, `humanoid`): the pool steps at 1.89 cores, and rl_games' [512, 256, 128]
+    update is 0.57 s per 8,192 env steps, ~40% of the floor. A smaller network is the candidate
+    that cuts the update (and the acting forward) if its return per env step holds."""
+    path = "tune_configs/envpool-humanoid-fastppo.yaml"
+    return [
+        Arm("fastppo", "rllib_fast_file", dict(path=path), what=f"`{path}` (rl_games' [512, 256, 128])"),
+        Arm("fastppo-256-128-64", "rllib_fast_file", dict(path=path, overrides={"hidden_sizes": [256, 128, 64]}),
+            what="the same file, a [256, 128, 64] trunk (~2.6x fewer multiply-adds per sample)")]
+
+
 #: rl_games' adaptive lr (its 'legacy' schedule): every minibatch, from the analytic KL to the
 #: Gaussians each sample had one epoch earlier
 RLG_KL = dict(kl_estimator="analytic", kl_reference="previous_epoch", adaptive_lr_every="minibatch")
@@ -291,6 +329,12 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
     Suite("go1", "envpool Go1 joystick (flat): return reached in 20 minutes, then time to it", go1_arms(),
           mode="fixed", budget_s=1200, reference="rsl_rl-64", peer="rsl_rl",
           probe=dict(kind="envpool", task="Go1JoystickFlatTerrain-v1", num_envs=64)),
+    Suite("go1-ppo-tuning", "envpool Go1 joystick (flat): PPO candidates that learn at 64 envs, on tuning seeds",
+          go1_ppo_candidates(), mode="fixed", budget_s=300, seeds=(1, 2, 3), reference="rsl_rl-64",
+          probe=dict(kind="envpool", task="Go1JoystickFlatTerrain-v1", num_envs=64), tuning=True),
+    Suite("humanoid-ppo-tuning", "envpool Humanoid-v4: FastPPO candidates on tuning seeds",
+          humanoid_ppo_candidates(), mode="fixed", budget_s=600, seeds=(1, 2, 3), reference="fastppo",
+          probe=dict(kind="envpool", task="Humanoid-v4", num_envs=64), tuning=True),
     Suite("ant-ppo-tuning", "envpool Ant-v4: FastPPO candidates against rl_games' PPO on tuning seeds",
           ant_ppo_candidates(), mode="fixed", budget_s=240, seeds=(1, 2, 3), reference="rl_games-ppo",
           probe=dict(kind="envpool", task="Ant-v4", num_envs=64), tuning=True),

@@ -11,6 +11,7 @@ import time
 import os
 
 import pytest
+import torch
 
 from tests._benchmarks import load_benchmark
 
@@ -185,7 +186,7 @@ def test_rllib_fast_results_hand_their_reward_terms_to_the_curve(bench):
     assert adapters["reward_terms"]({"env_runners": {}}) == {}
 
 
-@pytest.mark.parametrize("suite_name", ["go1", "ant", "humanoid"])
+@pytest.mark.parametrize("suite_name", ["go1", "go1-ppo-tuning", "ant", "humanoid", "humanoid-ppo-tuning"])
 def test_robot_suite_files_parse_and_validate(bench, suite_name):
     # every rllib_fast arm of the robot suites resolves its file (run swap, drops, overrides) and
     # passes the config's validation without building the env
@@ -217,6 +218,26 @@ def test_rsl_rl_mjlab_arm_masks_the_actor_group_and_builds_rsl_rls_recurrent_act
             bench.adapters.build_rsl_rl_mjlab(seed=0, **dict(params, rnn_on="policy"))
     finally:
         env.close()
+
+
+def test_rsl_rl_envpool_arm_overrides_reach_rsl_rls_actor_and_algorithm(bench):
+    """The `go1-ppo-tuning` suite's peer with a smaller initial std: the dotted overrides reach the
+    runner rsl_rl builds over the real envpool Go1 pool (its actor's std and the PPO entropy
+    coefficient), and an unknown key is refused before the pool is built."""
+    pytest.importorskip("mjlab")
+    pytest.importorskip("envpool")
+    (arm,) = [a for a in bench.SUITES["go1-ppo-tuning"].arms if a.name == "rsl_rl-64-std0.3"]
+    env, runner = bench.adapters.build_rsl_rl_envpool(seed=0, **dict(arm.params, num_envs=2))
+    try:
+        params = dict(runner.alg.actor.named_parameters())
+        (std,) = [p for n, p in params.items() if n.endswith("std_param")]   # GaussianDistribution, 'scalar'
+        assert std.shape == (12,) and torch.allclose(std, torch.full_like(std, 0.3))
+        assert runner.alg.entropy_coef == 0.0
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="algorithm.entropy_coeff"):
+        bench.adapters.build_rsl_rl_envpool(seed=0, **dict(arm.params, num_envs=2,
+                                                            overrides={"algorithm.entropy_coeff": 0.0}))
 
 
 def test_every_mjlab_cartpole_arm_runs_the_suites_10_s_episodes(bench):
