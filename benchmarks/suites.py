@@ -178,6 +178,7 @@ def go1_ppo_candidates() -> List[Arm]:
     The candidates start nearer the standing pose: initial std 0.3, no entropy bonus, for rsl_rl's
     runner (the peer with the same change) and for FastPPO with the same settings."""
     fastppo = "tune_configs/envpool-go1-joystick-fastppo.yaml"
+    fast, pql = "tune_configs/envpool-go1-joystick-fastppo-fast.yaml", "tune_configs/envpool-go1-joystick-pql.yaml"
     std = dict(init_log_std=round(math.log(GO1_STD), 4), entropy_coeff=0.0)
     rsl = dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64, mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1")
     return [
@@ -188,7 +189,12 @@ def go1_ppo_candidates() -> List[Arm]:
                                  "algorithm.entropy_coef": 0.0}),
             what=f"the same, initial std {GO1_STD} and no entropy bonus"),
         Arm("fastppo-std0.3", "rllib_fast_file", dict(path=fastppo, overrides=std),
-            what=f"`{fastppo}` (rsl_rl's settings), initial std {GO1_STD} and no entropy bonus")]
+            what=f"`{fastppo}` (rsl_rl's settings), initial std {GO1_STD} and no entropy bonus"),
+        Arm("fastppo-fast-std0.3", "rllib_fast_file", dict(path=fast, overrides=std),
+            what=f"`{fast}` (FastPPO's fastest recipe), initial std {GO1_STD} and no entropy bonus"),
+        Arm("pql-utd0.5", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 0.5}),
+            what=f"`{pql}` with 1 critic update per 2 vectorised steps (the go1 suite's best PQL arm), "
+                 "for PQL's place on the same machine and seed")]
 
 
 def humanoid_ppo_candidates() -> List[Arm]:
