@@ -166,6 +166,7 @@ def go1_arms() -> List[Arm]:
         Arm("pop_ppo-4", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pop-ppo.yaml"),
             what="PopPPO, 4 members x 16 envs on one 64-env pool; best member's own last-100 window")]
 
+
 #: mjlab's Go1 actor distribution with a smaller initial std (rsl_rl's GaussianDistribution keys)
 GO1_STD = 0.3
 
@@ -176,7 +177,8 @@ def go1_ppo_candidates() -> List[Arm]:
     reward is clipped at 0 per step, so a robot that falls at once earns exactly 0 and PPO's
     advantages carry no signal, while mjlab's initial std 1.0 and entropy bonus keep it falling.
     The candidates start nearer the standing pose: initial std 0.3, no entropy bonus, for rsl_rl's
-    runner (the peer with the same change) and for FastPPO with the same settings."""
+    runner (the peer with the same change), FastPPO with the same settings and its fast recipe;
+    PQL's best Go1 arm runs beside them for its place on the same machine and seed."""
     fastppo = "tune_configs/envpool-go1-joystick-fastppo.yaml"
     fast, pql = "tune_configs/envpool-go1-joystick-fastppo-fast.yaml", "tune_configs/envpool-go1-joystick-pql.yaml"
     std = dict(init_log_std=round(math.log(GO1_STD), 4), entropy_coeff=0.0)
