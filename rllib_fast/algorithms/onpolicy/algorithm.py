@@ -249,9 +249,9 @@ class OnPolicyAlgorithm(FastAlgorithm):
             self.module.obs_norm.update(st["raw_obs"], mask=valid, reduce=self.reduce_over_learners)
 
     def learns_while_acting(self) -> bool:
-        """Whether the update runs while the policy acts, in this process (FastPPO's
-        ``learn_while_stepping``; HTS-RL always): then acting keeps torch's threads."""
-        return bool(getattr(self.config, "learn_while_stepping", False))
+        """Whether the update runs while the policy acts, in this process (FastPPO with
+        ``learn_while_stepping``, HTS-RL): then acting keeps torch's threads."""
+        return False
 
     def _rollout_steps(self) -> None:
         """The rollout's T act-and-step iterations, into the storage."""

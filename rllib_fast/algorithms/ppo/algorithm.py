@@ -368,6 +368,9 @@ class FastPPO(RecurrentActing, OnPolicyAlgorithm):
     _mirrored_states = None
 
     # -- learn_while_stepping -------------------------------------------------------
+    def learns_while_acting(self) -> bool:
+        return bool(self.config.learn_while_stepping)   # the update runs in the next rollout
+
     def make_env(self, num_envs: int, seed: int, config=None) -> TensorVecEnv:
         """The training env; with ``learn_while_stepping`` it must step in another
         process (``step_async``/``step_wait``): a registered name is put in one
