@@ -129,19 +129,30 @@ def robot_arms(task: str) -> List[Arm]:
             what=f"SAC(n), sequential, `{pql}`'s settings, initial temperature 0.001 (FastSAC)")]
 
 
+#: mjlab's Go1 actor distribution with a smaller initial std (rsl_rl's GaussianDistribution keys)
+GO1_STD = 0.3
+#: rsl_rl runner overrides for it: the actor's distribution and no entropy bonus
+GO1_RSL_STD = {"actor.distribution_cfg": {"class_name": "GaussianDistribution", "init_std": GO1_STD,
+                                          "std_type": "scalar"},
+               "algorithm.entropy_coef": 0.0}
+
+
 def go1_arms() -> List[Arm]:
     """The Go1 joystick suite (issue 39): rsl_rl's runner with mjlab's Go1 PPO settings, FastPPO with
     the same settings and its fastest recipe, PQL's and SAC(n)'s recipes with candidate update-to-data
     ratios (docs/pql.md "Go1 on two cores"), PopPPO K=4 on one pool."""
     pql, sacn = "tune_configs/envpool-go1-joystick-pql.yaml", "tune_configs/envpool-go1-joystick-sacn.yaml"
     fast = "tune_configs/envpool-go1-joystick-fastppo-fast.yaml"
+    rsl = dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64, mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1")
     return [
-        Arm("rsl_rl-64", "rsl_rl_envpool", dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64,
-                                                 mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1"),
+        Arm("rsl_rl-64", "rsl_rl_envpool", rsl,
             what="rsl_rl's runner, mjlab's Go1 PPO settings, N=64 as our arms (a Go1 pool holds ~40-90 MB per env), "
                  "through benchmarks/peers/envpool_rsl_rl.py"),
+        Arm("rsl_rl-64-std0.3", "rsl_rl_envpool", dict(rsl, overrides=GO1_RSL_STD),
+            what=f"the same runner and settings with initial std {GO1_STD} and no entropy bonus, the change that "
+                 "makes PPO learn Go1 at 64 envs (`go1-ppo-tuning`): the reference"),
         Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml"),
-            what="FastPPO with rsl_rl's (mjlab's Go1) settings, `tune_configs/envpool-go1-joystick-fastppo.yaml`"),
+            what="FastPPO with the reference's settings, `tune_configs/envpool-go1-joystick-fastppo.yaml`"),
         Arm("fastppo-fast", "rllib_fast_file", dict(path=fast), what=f"FastPPO's fastest recipe, `{fast}`"),
         Arm("fastppo-fast-sync", "rllib_fast_file", dict(path=fast, overrides={"learn_while_stepping": False,
                                                                              "env_config": {"num_threads": 2}}),
@@ -167,8 +178,6 @@ def go1_arms() -> List[Arm]:
             what="PopPPO, 4 members x 16 envs on one 64-env pool; best member's own last-100 window")]
 
 
-#: mjlab's Go1 actor distribution with a smaller initial std (rsl_rl's GaussianDistribution keys)
-GO1_STD = 0.3
 
 
 def go1_ppo_candidates() -> List[Arm]:
@@ -185,10 +194,7 @@ def go1_ppo_candidates() -> List[Arm]:
     rsl = dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64, mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1")
     return [
         Arm("rsl_rl-64", "rsl_rl_envpool", rsl, what="rsl_rl's runner, mjlab's Go1 PPO settings (the reference)"),
-        Arm("rsl_rl-64-std0.3", "rsl_rl_envpool",
-            dict(rsl, overrides={"actor.distribution_cfg": {"class_name": "GaussianDistribution",
-                                                            "init_std": GO1_STD, "std_type": "scalar"},
-                                 "algorithm.entropy_coef": 0.0}),
+        Arm("rsl_rl-64-std0.3", "rsl_rl_envpool", dict(rsl, overrides=GO1_RSL_STD),
             what=f"the same, initial std {GO1_STD} and no entropy bonus"),
         Arm("fastppo-std0.3", "rllib_fast_file", dict(path=fastppo, overrides=std),
             what=f"`{fastppo}` (rsl_rl's settings), initial std {GO1_STD} and no entropy bonus"),
@@ -196,7 +202,13 @@ def go1_ppo_candidates() -> List[Arm]:
             what=f"`{fast}` (FastPPO's fastest recipe), initial std {GO1_STD} and no entropy bonus"),
         Arm("pql-utd0.5", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 0.5}),
             what=f"`{pql}` with 1 critic update per 2 vectorised steps (the go1 suite's best PQL arm), "
-                 "for PQL's place on the same machine and seed")]
+                 "for PQL's place on the same machine and seed"),
+        Arm("fastppo-std0.3-256", "rllib_fast_file",
+            dict(path=fastppo, overrides=dict(std, hidden_sizes=[256, 128, 64])),
+            what="fastppo-std0.3 with [256, 128, 64] networks: the update was 53% of its wall time"),
+        Arm("fastppo-std0.3-e2", "rllib_fast_file",
+            dict(path=fastppo, overrides=dict(std, num_epochs=2, num_minibatches=2)),
+            what="fastppo-std0.3 with 2 epochs of 2 minibatches (4 Adam steps per rollout instead of 20)")]
 
 
 def humanoid_ppo_candidates() -> List[Arm]:
@@ -335,7 +347,7 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
             what="framework-free PPO (benchmarks/single_file_ppo.py), FastPPO's schedule, N=64")],
           target=475.0, budget_s=180, probe=dict(kind="builtin", env="CartPole", num_envs=64), peer="rllib-ppo"),
     Suite("go1", "envpool Go1 joystick (flat): return reached in 20 minutes, then time to it", go1_arms(),
-          mode="fixed", budget_s=1200, reference="rsl_rl-64", peer="rsl_rl",
+          mode="fixed", budget_s=1200, reference="rsl_rl-64-std0.3", peer="rsl_rl",
           probe=dict(kind="envpool", task="Go1JoystickFlatTerrain-v1", num_envs=64)),
     Suite("go1-ppo-tuning", "envpool Go1 joystick (flat): PPO candidates that learn at 64 envs, on tuning seeds",
           go1_ppo_candidates(), mode="fixed", budget_s=300, seeds=(1, 2, 3), reference="rsl_rl-64",
