@@ -138,9 +138,11 @@ GO1_RSL_STD = {"actor.distribution_cfg": {"class_name": "GaussianDistribution", 
 
 
 def go1_arms() -> List[Arm]:
-    """The Go1 joystick suite (issue 39): rsl_rl's runner with mjlab's Go1 PPO settings, FastPPO with
-    the same settings and its fastest recipe, PQL's and SAC(n)'s recipes with candidate update-to-data
-    ratios (docs/pql.md "Go1 on two cores"), PopPPO K=4 on one pool."""
+    """The Go1 joystick suite (issue 39): rsl_rl's runner with mjlab's Go1 PPO settings (which do not
+    learn at 64 envs) and with the initial std 0.3 / no entropy bonus that makes it learn (the
+    reference), FastPPO with the reference's settings and its fastest recipe, PQL's and SAC(n)'s
+    recipes with candidate update-to-data ratios (docs/pql.md "Go1 on two cores"), PopPPO K=4 on
+    one pool."""
     pql, sacn = "tune_configs/envpool-go1-joystick-pql.yaml", "tune_configs/envpool-go1-joystick-sacn.yaml"
     fast = "tune_configs/envpool-go1-joystick-fastppo-fast.yaml"
     rsl = dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64, mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1")
@@ -153,10 +155,13 @@ def go1_arms() -> List[Arm]:
                  "makes PPO learn Go1 at 64 envs (`go1-ppo-tuning`): the reference"),
         Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml"),
             what="FastPPO with the reference's settings, `tune_configs/envpool-go1-joystick-fastppo.yaml`"),
-        Arm("fastppo-fast", "rllib_fast_file", dict(path=fast), what=f"FastPPO's fastest recipe, `{fast}`"),
-        Arm("fastppo-fast-sync", "rllib_fast_file", dict(path=fast, overrides={"learn_while_stepping": False,
-                                                                             "env_config": {"num_threads": 2}}),
-            what="the same recipe synchronous, one process (the pool on 2 threads, as `fastppo`)"),
+        Arm("fastppo-fast", "rllib_fast_file", dict(path=fast),
+            what=f"FastPPO's fastest recipe, `{fast}`: the reference's settings with [256, 128, 64] networks"),
+        Arm("fastppo-fast-overlap", "rllib_fast_file", dict(path=fast, overrides={"learn_while_stepping": True,
+                                                                                "learn_steps_per_env_step": 20,
+                                                                                "env_config": {"num_threads": 1}}),
+            what="the same recipe, each update learned while the next rollout steps (the pool on 1 thread in a "
+                 "simulator process)"),
         Arm("fastppo-fast-t8", "rllib_fast_file", dict(path=fast, overrides={"rollout_length": 8, "num_minibatches": 2}),
             what="the fast recipe updating 3x as often per env step (8 steps x 64 envs, 2 minibatches of 256; "
                  "the same learner work per env step)"),
