@@ -166,9 +166,10 @@ def go1_arms() -> List[Arm]:
             what="the fast recipe updating 3x as often per env step (8 steps x 64 envs, 2 minibatches of 256; "
                  "the same learner work per env step)"),
         Arm("pql", "rllib_fast_file", dict(path=pql),
-            what=f"`{pql}`: 2 critic updates of batch 2048 per vectorised step (each transition sampled ~64 times)"),
-        Arm("pql-utd0.5", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 0.5}),
-            what="the same file, 1 critic update per 2 vectorised steps (~16 samples per transition)"),
+            what=f"`{pql}`: 1 critic update of batch 2048 per 2 vectorised steps (~16 samples per transition)"),
+        Arm("pql-utd2", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 2.0}),
+            what="the file's first form, 2 critic updates per vectorised step (~64 samples per transition, "
+                 "FastTD3's replay ratio)"),
         Arm("pql-small", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 1.0, "batch_size": 1024,
                                                                      "critic_hidden_sizes": [256, 256]}),
             what="the same file, 1 critic update of batch 1024 per vectorised step, [256, 256] critics "
@@ -206,7 +207,7 @@ def go1_ppo_candidates() -> List[Arm]:
         Arm("fastppo-fast-std0.3", "rllib_fast_file", dict(path=fast, overrides=std),
             what=f"`{fast}` (FastPPO's fastest recipe), initial std {GO1_STD} and no entropy bonus"),
         Arm("pql-utd0.5", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 0.5}),
-            what=f"`{pql}` with 1 critic update per 2 vectorised steps (the go1 suite's best PQL arm), "
+            what=f"`{pql}` with 1 critic update per 2 vectorised steps (the go1 suite's best PQL arm, now the file), "
                  "for PQL's place on the same machine and seed"),
         Arm("fastppo-std0.3-256", "rllib_fast_file",
             dict(path=fastppo, overrides=dict(std, hidden_sizes=[256, 128, 64])),
