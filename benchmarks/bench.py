@@ -427,6 +427,20 @@ def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
 #: reward terms drawn under the return (substrings of the term names): the velocity-tracking terms
 #: of the envpool Playground joystick tasks; every recorded term stays in the results file
 PLOTTED_TERMS = ("tracking",)
+#: reports averaged per plotted reward-term point: one report holds the few episodes that ended in
+#: one iteration, so the raw series swings over the term's whole range and hides the trend
+TERM_SMOOTHING = 50
+
+
+def trailing_mean(values: Sequence[float], window: int) -> List[float]:
+    """Mean of each value and up to ``window - 1`` before it (a curve's trend, not its noise)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
 
 
 def term_names(data: Dict[str, Any]) -> List[str]:
@@ -455,10 +469,11 @@ def plot(data: Dict[str, Any], path: str) -> None:
         grid[0][1].plot([p["steps"] for p in pts], [p["ret"] for p in pts], color=c, lw=1)
         for row, term in enumerate(terms, start=1):
             tp = [p for p in r["points"] if term in (p.get("terms") or {})]
-            grid[row][0].plot([p["t"] for p in tp], [p["terms"][term] for p in tp], color=c, lw=1)
-            grid[row][1].plot([p["steps"] for p in tp], [p["terms"][term] for p in tp], color=c, lw=1)
+            ys = trailing_mean([p["terms"][term] for p in tp], TERM_SMOOTHING)
+            grid[row][0].plot([p["t"] for p in tp], ys, color=c, lw=1)
+            grid[row][1].plot([p["steps"] for p in tp], ys, color=c, lw=1)
     goal = bar(data)
-    for row, ylabel in enumerate(["last-100 training return"] + [f"reward term {t} (episode mean)" for t in terms]):
+    for row, ylabel in enumerate(["last-100 training return"] + [f"{t} (episode mean,\nmean of {TERM_SMOOTHING} reports)" for t in terms]):
         for ax, xl in zip(grid[row], ("wall time from process start (s)", "env steps")):
             if goal is not None and row == 0:
                 ax.axhline(goal, color="k", ls=":", lw=1)

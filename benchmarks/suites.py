@@ -184,8 +184,6 @@ def go1_arms() -> List[Arm]:
             what="PopPPO, 4 members x 16 envs on one 64-env pool; best member's own last-100 window")]
 
 
-
-
 def go1_ppo_candidates() -> List[Arm]:
     """PPO on Go1 at the 64 envs this CPU affords did not learn in 20 minutes (rsl_rl's runner and
     FastPPO with mjlab's settings: last-100 return 0.00, falls within ~30 steps). Playground's Go1
@@ -195,7 +193,7 @@ def go1_ppo_candidates() -> List[Arm]:
     runner (the peer with the same change), FastPPO with the same settings and its fast recipe;
     PQL's best Go1 arm runs beside them for its place on the same machine and seed."""
     fastppo = "tune_configs/envpool-go1-joystick-fastppo.yaml"
-    fast, pql = "tune_configs/envpool-go1-joystick-fastppo-fast.yaml", "tune_configs/envpool-go1-joystick-pql.yaml"
+    pql = "tune_configs/envpool-go1-joystick-pql.yaml"
     std = dict(init_log_std=round(math.log(GO1_STD), 4), entropy_coeff=0.0)
     rsl = dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64, mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1")
     return [
@@ -204,8 +202,12 @@ def go1_ppo_candidates() -> List[Arm]:
             what=f"the same, initial std {GO1_STD} and no entropy bonus"),
         Arm("fastppo-std0.3", "rllib_fast_file", dict(path=fastppo, overrides=std),
             what=f"`{fastppo}` (rsl_rl's settings), initial std {GO1_STD} and no entropy bonus"),
-        Arm("fastppo-fast-std0.3", "rllib_fast_file", dict(path=fast, overrides=std),
-            what=f"`{fast}` (FastPPO's fastest recipe), initial std {GO1_STD} and no entropy bonus"),
+        Arm("fastppo-fast-std0.3", "rllib_fast_file",
+            dict(path=fastppo, overrides=dict(std, learn_while_stepping=True, learn_steps_per_env_step=20,
+                                              env_config={"num_threads": 1})),
+            what=f"`{fastppo}`, initial std {GO1_STD} and no entropy bonus, each update learned while the next "
+                 "rollout steps (the pool on 1 thread in a simulator process): the fast recipe's form when "
+                 "this arm ran"),
         Arm("pql-utd0.5", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 0.5}),
             what=f"`{pql}` with 1 critic update per 2 vectorised steps (the go1 suite's best PQL arm, now the file), "
                  "for PQL's place on the same machine and seed"),

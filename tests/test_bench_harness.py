@@ -178,6 +178,13 @@ def test_reward_terms_are_recorded_and_plotted_from_the_results_file(bench, tmp_
     assert png.exists()
 
 
+def test_reward_term_curves_are_trailing_means(bench):
+    # a report holds the few episodes of one iteration: the plot draws each term's trend
+    assert bench.trailing_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert bench.trailing_mean([2.0, 4.0], 50) == [2.0, 3.0]
+    assert bench.trailing_mean([], 3) == []
+
+
 def test_rllib_fast_results_hand_their_reward_terms_to_the_curve(bench):
     adapters = bench.protocol.resolve("fake").__globals__
     terms = adapters["reward_terms"]({"env_runners": {"reward_terms": {"tracking_lin_vel": 0.5, "bad": float("nan")},
