@@ -473,7 +473,8 @@ def plot(data: Dict[str, Any], path: str) -> None:
             grid[row][0].plot([p["t"] for p in tp], ys, color=c, lw=1)
             grid[row][1].plot([p["steps"] for p in tp], ys, color=c, lw=1)
     goal = bar(data)
-    for row, ylabel in enumerate(["last-100 training return"] + [f"{t} (episode mean,\nmean of {TERM_SMOOTHING} reports)" for t in terms]):
+    ylabels = ["last-100 training return"] + [f"{t} (episode mean,\nmean of {TERM_SMOOTHING} reports)" for t in terms]
+    for row, ylabel in enumerate(ylabels):
         for ax, xl in zip(grid[row], ("wall time from process start (s)", "env steps")):
             if goal is not None and row == 0:
                 ax.axhline(goal, color="k", ls=":", lw=1)
