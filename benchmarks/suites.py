@@ -181,7 +181,11 @@ def go1_arms() -> List[Arm]:
         Arm("sacn-utd0.5", "rllib_fast_file", dict(path=sacn, overrides={"beta_av": 0.5}),
             what="the same file, 1 critic update per 2 vectorised steps"),
         Arm("pop_ppo-4", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pop-ppo.yaml"),
-            what="PopPPO, 4 members x 16 envs on one 64-env pool; best member's own last-100 window")]
+            what="PopPPO, 4 members x 16 envs on one 64-env pool; best member's own last-100 window"),
+        Arm("pop_ppo-2x32", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pop-ppo.yaml",
+                                                   overrides={"population_size": 2, "num_envs_per_member": 32}),
+            what="PopPPO, 2 members x 32 envs on the same 64-env pool: each member gets half the env steps "
+                 "instead of a quarter")]
 
 
 def go1_ppo_candidates() -> List[Arm]:
