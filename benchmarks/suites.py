@@ -162,6 +162,10 @@ def go1_arms() -> List[Arm]:
                                                                                 "env_config": {"num_threads": 1}}),
             what="the same recipe, each update learned while the next rollout steps (the pool on 1 thread in a "
                  "simulator process)"),
+        Arm("fastppo-fast-critic512", "rllib_fast_file",
+            dict(path=fast, overrides={"critic_hidden_sizes": [512, 256, 128]}),
+            what="the fast recipe's [256, 128, 64] actor with the reference's [512, 256, 128] critic: per env "
+                 "step the reference's networks learned more, the small ones act and update faster"),
         Arm("fastppo-fast-t8", "rllib_fast_file", dict(path=fast, overrides={"rollout_length": 8, "num_minibatches": 2}),
             what="the fast recipe updating 3x as often per env step (8 steps x 64 envs, 2 minibatches of 256; "
                  "the same learner work per env step)"),

@@ -29,7 +29,7 @@ _LOG_2PI = math.log(2 * math.pi)
 class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
     """Separate actor and critic MLPs, or one trunk with two linear heads.
 
-    ``model_config``: hidden_sizes, activation, init ('orthogonal' or
+    ``model_config``: hidden_sizes, critic_hidden_sizes (None: hidden_sizes), activation, init ('orthogonal' or
     'torch': ``core.nets.mlp``), std_mode, init_log_std, std_param ('log' or
     'scalar'), clip_actions (default True), normalize_obs (default True), state_dim (asymmetric actor-critic: the
     critic reads the source's privileged ``states`` of this width, normalised
@@ -71,7 +71,13 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
         self.asymmetric = state_dim is not None
         pi_in, vf_in = self.head_input_dims(obs_dim, int(state_dim) if self.asymmetric else obs_dim)
         self.shared_trunk = bool(mc.get("shared_trunk", False))
+        critic_hidden = mc.get("critic_hidden_sizes")
+        critic_hidden = list(hidden) if critic_hidden is None else list(critic_hidden)
         if self.shared_trunk:
+            if critic_hidden != list(hidden):
+                raise ValueError(f"{type(self).__name__}: shared_trunk = True shares every hidden layer, so the "
+                                 f"critic cannot have its own sizes (critic_hidden_sizes = {critic_hidden}); "
+                                 "allowed: critic_hidden_sizes = None")
             if self.asymmetric or pi_in != vf_in:
                 raise ValueError(f"{type(self).__name__}: shared_trunk = True needs the critic to read the actor's "
                                  "input (an asymmetric critic reads states); allowed: shared_trunk = False, or "
@@ -80,9 +86,9 @@ class ActorCriticModule(FastTorchRLModule, ValueFunctionAPI):
             self.trunk = nn.Sequential(*mlp(pi_in, hidden[:-1], hidden[-1], act, out_gain=math.sqrt(2), init=init),
                                        ACTIVATIONS[act]())
             pi_in = vf_in = hidden[-1]
-            hidden = []
+            hidden = critic_hidden = []
         self.pi = mlp(pi_in, hidden, out, act, out_gain=0.01, init=init)
-        self.vf = mlp(vf_in, hidden, 1, act, out_gain=1.0, init=init)
+        self.vf = mlp(vf_in, critic_hidden, 1, act, out_gain=1.0, init=init)
         self.obs_norm = RunningMeanStd((obs_dim,))
         if self.asymmetric:  # the critic's own input statistics (states are not observations)
             self.state_norm = RunningMeanStd((int(state_dim),))

@@ -52,6 +52,8 @@ class OnPolicyAlgorithm(FastAlgorithm):
             observation_space=env.single_observation_space, action_space=env.single_action_space,
             inference_only=False,
             model_config={"hidden_sizes": list(cfg.hidden_sizes), "activation": cfg.activation,
+                          "critic_hidden_sizes": (None if cfg.critic_hidden_sizes is None
+                                                  else list(cfg.critic_hidden_sizes)),
                           "init": cfg.init, "std_mode": cfg.std_mode, "init_log_std": cfg.init_log_std,
                           "std_param": cfg.std_param, "clip_actions": cfg.clip_actions,
                           "normalize_obs": self.normalize_obs, "state_dim": self.state_dim,

@@ -66,6 +66,11 @@ class OnPolicyConfig(FastConfig):
         "normalize_advantages": Param(True, "standardise advantages per minibatch", (bool,), live=True),
         "hidden_sizes": Param([64, 64], "hidden layer sizes of actor and critic", (list, tuple),
                               check=POSITIVE_INT_LIST),
+        "critic_hidden_sizes": Param(None, "hidden layer sizes of the critic alone (None: hidden_sizes). The "
+                                     "critic runs only in the update, the actor at every env step too, so a "
+                                     "small actor with a larger critic keeps acting cheap while the value "
+                                     "estimate keeps its capacity; not with shared_trunk", (list, tuple),
+                                     optional=True, check=POSITIVE_INT_LIST),
         "activation": Param("tanh", "hidden activation", (str,), choices=tuple(ACTIVATIONS)),
         "init": Param("orthogonal", "layer init of actor and critic: 'orthogonal' (gain sqrt 2 hidden, 0.01 "
                       "policy head, 1 value head, zero biases) or 'torch' (PyTorch's nn.Linear default on "

@@ -28,7 +28,8 @@ def _pbt_interval_ok(v: Any) -> bool:
 POP_UNSUPPORTED = {"init": "orthogonal", "adaptive_lr_every": "epoch", "kl_estimator": "k3", "std_param": "log",
                    "clip_actions": True, "normalize_advantages_over": "minibatch", "grad_clip_scope": "global",
                    "shuffle": "epoch", "adam_eps": 1e-5, "kl_reference": "auto", "surrogate_clip": "hard",
-                   "shared_trunk": False, "bounds_loss_coeff": 0.0}
+                   "shared_trunk": False, "bounds_loss_coeff": 0.0,
+                   "critic_hidden_sizes": None}
 
 
 class PopPPOConfig(FastPPOConfig):

@@ -145,6 +145,10 @@ class FastPPOConfig(OnPolicyConfig):
             self._value_error(f"{name}: `shared_trunk` = True shares parameters between actor and critic, so "
                               f"`grad_clip_scope` = {self.grad_clip_scope!r} cannot split them; allowed with "
                               "shared_trunk: grad_clip_scope = 'global'")
+        if self.critic_hidden_sizes is not None:
+            self._value_error(f"{name}: `shared_trunk` = True shares every hidden layer between actor and critic, "
+                              f"so `critic_hidden_sizes` = {list(self.critic_hidden_sizes)} cannot apply; allowed "
+                              "with shared_trunk: critic_hidden_sizes = None")
         if self.asymmetric_critic is True:
             self._value_error(f"{name}: `shared_trunk` = True has the critic read the observation, "
                               "`asymmetric_critic` = True asks for the source's states; allowed with shared_trunk: "
