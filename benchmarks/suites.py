@@ -137,6 +137,15 @@ GO1_RSL_STD = {"actor.distribution_cfg": {"class_name": "GaussianDistribution", 
                "algorithm.entropy_coef": 0.0}
 
 
+#: FastPPO's options that make it rsl_rl's PPO step for step (docs/sources.md "FastPPO vs rsl_rl";
+#: tests/algorithms/test_ppo_rsl_equivalence.py checks them against rsl_rl's runner). vf_loss_coeff 2.0:
+#: FastPPO's value loss is half the squared error, rsl_rl's the whole one (its value_loss_coef 1.0).
+RSL_RL_OPTIONS = dict(init="torch", std_param="scalar", clip_actions=False, adaptive_lr_every="minibatch",
+                      kl_estimator="analytic", adaptive_lr_bounds=[1e-5, 1e-2], normalize_advantages_over="batch",
+                      normalize_values=False, vf_loss_coeff=2.0, grad_clip_scope="per_network", adam_eps=1e-8,
+                      shuffle="once")
+
+
 def go1_arms() -> List[Arm]:
     """The Go1 joystick suite (issue 39): rsl_rl's runner with mjlab's Go1 PPO settings (which do not
     learn at 64 envs) and with the initial std 0.3 / no entropy bonus that makes it learn (the
@@ -155,6 +164,11 @@ def go1_arms() -> List[Arm]:
                  "makes PPO learn Go1 at 64 envs (`go1-ppo-tuning`): the reference"),
         Arm("fastppo", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml"),
             what="FastPPO with the reference's settings, `tune_configs/envpool-go1-joystick-fastppo.yaml`"),
+        Arm("fastppo-rsl-options", "rllib_fast_file",
+            dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml", overrides=RSL_RL_OPTIONS),
+            what="`fastppo` with rsl_rl's algorithmic options (`RSL_RL_OPTIONS`: torch init, scalar std, analytic KL "
+                 "and the lr adapted per minibatch, batch-wide advantages, raw value targets, per-network grad "
+                 "clip, Adam eps 1e-8, one shuffle): the reference's algorithm step for step, FastPPO's implementation"),
         Arm("fastppo-fast", "rllib_fast_file", dict(path=fast),
             what=f"FastPPO's fastest recipe, `{fast}`: the reference's settings with [256, 128, 64] networks"),
         Arm("fastppo-fast-overlap", "rllib_fast_file", dict(path=fast, overrides={"learn_while_stepping": True,
