@@ -169,6 +169,11 @@ def go1_arms() -> List[Arm]:
             what="`fastppo` with rsl_rl's algorithmic options (`RSL_RL_OPTIONS`: torch init, scalar std, analytic KL "
                  "and the lr adapted per minibatch, batch-wide advantages, raw value targets, per-network grad "
                  "clip, Adam eps 1e-8, one shuffle): the reference's algorithm step for step, FastPPO's implementation"),
+        Arm("fastppo-rsl-options-bf16", "rllib_fast_file",
+            dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml",
+                 overrides=dict(RSL_RL_OPTIONS, update_dtype="bfloat16")),
+            what="`fastppo-rsl-options` with the update's forward and backward in bfloat16 (`update_dtype`): the "
+                 "update was half of each iteration, and this CPU multiplies bfloat16 natively (AVX512-BF16)"),
         Arm("fastppo-fast", "rllib_fast_file", dict(path=fast),
             what=f"FastPPO's fastest recipe, `{fast}`: the reference's settings with [256, 128, 64] networks"),
         Arm("fastppo-fast-overlap", "rllib_fast_file", dict(path=fast, overrides={"learn_while_stepping": True,

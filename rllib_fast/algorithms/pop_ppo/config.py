@@ -29,7 +29,7 @@ POP_UNSUPPORTED = {"init": "orthogonal", "adaptive_lr_every": "epoch", "kl_estim
                    "clip_actions": True, "normalize_advantages_over": "minibatch", "grad_clip_scope": "global",
                    "shuffle": "epoch", "adam_eps": 1e-5, "kl_reference": "auto", "surrogate_clip": "hard",
                    "shared_trunk": False, "bounds_loss_coeff": 0.0,
-                   "critic_hidden_sizes": None}
+                   "critic_hidden_sizes": None, "update_dtype": "float32"}
 
 
 class PopPPOConfig(FastPPOConfig):

@@ -98,6 +98,13 @@ class FastPPOConfig(OnPolicyConfig):
                               "asymmetric_critic 'auto' a source's states are then not used); not with rnn_type, "
                               "grad_clip_scope 'per_network' or asymmetric_critic True", (bool,)),
         "adam_eps": Param(1e-5, "Adam epsilon (rsl_rl: torch's default 1e-8)", low=0.0, low_open=True),
+        "update_dtype": Param("float32", "precision of the update's training forward and backward: 'float32', or "
+                              "'bfloat16' (torch.autocast: the networks' matrix products in bfloat16, the "
+                              "parameters, Adam, the loss's arithmetic and the acting forward stay float32; "
+                              "about half the update's time where the hardware multiplies bfloat16 natively: "
+                              "CPUs with AVX512-BF16 or AMX, GPUs since Ampere; slower where it is emulated). "
+                              "Feed-forward networks without the symmetry extension or compile",
+                              (str,), choices=("float32", "bfloat16")),
         "symmetry": Param(None, "symmetry augmentation and/or mirror loss (rsl_rl's symmetry_cfg; FastPPO, and "
                           "PopPPO per member): a dict {mirror_fn: 'module:function' or a callable (obs=, actions=, "
                           "states=) -> (mirrored obs, actions, states), use_data_augmentation: bool, "
@@ -159,8 +166,22 @@ class FastPPOConfig(OnPolicyConfig):
 
         super().__init__(algo_class=algo_class or FastPPO)
 
+    def validate_update_dtype(self) -> None:
+        """``update_dtype='bfloat16'`` covers the plain surrogate's one forward of
+        feed-forward networks; the paths it does not reach are refused, not run
+        in float32 silently."""
+        name = type(self).__name__
+        for key, value, allowed in (("rnn_type", self.rnn_type, None), ("symmetry", self.symmetry, None),
+                                    ("compile", self.compile, False)):
+            if value is not None and value is not False:
+                self._value_error(f"{name}: `update_dtype` = 'bfloat16' is implemented for the feed-forward, "
+                                  f"uncompiled surrogate only; `{key}` = {value!r}; allowed with bfloat16: "
+                                  f"{key} = {allowed!r}")
+
     def validate_algorithm(self) -> None:
         self.validate_extensions()
+        if self.update_dtype == "bfloat16":
+            self.validate_update_dtype()
         if self.shared_trunk:
             self.validate_shared_trunk()
         if self.kl_reference == "previous_epoch" and self.kl_estimator != "analytic":
