@@ -8,6 +8,7 @@ import torch
 
 from rllib_fast.algorithms.pop_ppo import PopPPOConfig
 from rllib_fast.algorithms.ppo import FastPPOConfig
+from rllib_fast.core.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, native_bfloat16
 
 
 def small(**kw):
@@ -45,6 +46,22 @@ def test_the_training_forward_runs_in_bfloat16():
     hook.remove()
     # acting forwards in float32, the update's training forwards in bfloat16
     assert torch.float32 in seen and torch.bfloat16 in seen
+    algo.stop()
+
+
+def test_auto_is_bfloat16_exactly_where_the_cpu_has_it_and_the_networks_allow_it():
+    native = any(f in cpu_flags() for f in NATIVE_BF16_CPU_FLAGS)
+    assert native_bfloat16("cpu") == native
+    algo = small(update_dtype="auto").build_algo()
+    assert algo.update_rule.autocast_dtype == (torch.bfloat16 if native else None)
+    algo.train()
+    algo.stop()
+    # where the key does not reach (a recurrent module), 'auto' is float32, not an error
+    algo = small(update_dtype="auto", rnn_type="gru", rnn_hidden_size=8).build_algo()
+    assert algo.update_rule.autocast_dtype is None
+    algo.stop()
+    algo = small(update_dtype="float32").build_algo()
+    assert algo.update_rule.autocast_dtype is None
     algo.stop()
 
 

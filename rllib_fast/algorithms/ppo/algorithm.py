@@ -21,6 +21,7 @@ from typing import Any, Dict, Generator, Optional, Tuple
 
 import torch
 
+from ...core.precision import native_bfloat16
 from ...core.rollout import RolloutStorage
 from ...core.start_method import resolve_start_method
 from ...envs import registry as env_registry
@@ -209,7 +210,7 @@ class PPOUpdate(UpdateRule):
         critic_in = actor_in if module.shared_trunk else self.critic_features(batch, idx)
         with self.training_precision():
             p, log_std, v = module.dist_params_and_value(actor_in, critic_in)
-        if s.update_dtype != "float32":   # the distribution and the loss in float32 (autocast's outputs are not)
+        if self.autocast_dtype is not None:   # the distribution and the loss in float32 (autocast's outputs are not)
             p, v = p.float(), v.float()
             log_std = None if log_std is None else log_std.float()
         logp, entropy = module.logp_entropy(p, log_std, batch.actions[idx])
@@ -234,9 +235,26 @@ class PPOUpdate(UpdateRule):
         most of an iteration on a real simulator (Go1: 53%), while the acting
         forward is small and its log-probabilities are what the ratio divides by,
         so it stays float32."""
-        if self.settings.update_dtype == "bfloat16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        dtype = self.autocast_dtype
+        return contextlib.nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
+
+    @property
+    def autocast_dtype(self) -> Optional[torch.dtype]:
+        """The training forward's autocast dtype (None: float32 throughout).
+        'auto' is bfloat16 where the device multiplies it natively and nothing the
+        key does not reach is on (a recurrent module, the symmetry loss, compile)."""
+        setting = self.settings.update_dtype
+        if setting == "bfloat16":
+            return torch.bfloat16
+        if setting == "auto" and native_bfloat16(self.device) and self.bfloat16_reaches_the_loss():
+            return torch.bfloat16
+        return None
+
+    def bfloat16_reaches_the_loss(self) -> bool:
+        """Whether the training forward is the plain feed-forward surrogate's
+        (what ``update_dtype`` covers)."""
+        return (self.symmetry is None and self.whole_step is None and self.loss_fn == self.loss
+                and not hasattr(self.module, "pi_memory"))
 
     #: read the adaptive lr's KL off the training forward where that is exact (tests switch it off
     #: to compare against the separate no-grad pass)

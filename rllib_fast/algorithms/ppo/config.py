@@ -98,13 +98,15 @@ class FastPPOConfig(OnPolicyConfig):
                               "asymmetric_critic 'auto' a source's states are then not used); not with rnn_type, "
                               "grad_clip_scope 'per_network' or asymmetric_critic True", (bool,)),
         "adam_eps": Param(1e-5, "Adam epsilon (rsl_rl: torch's default 1e-8)", low=0.0, low_open=True),
-        "update_dtype": Param("float32", "precision of the update's training forward and backward: 'float32', or "
+        "update_dtype": Param("float32", "precision of the update's training forward and backward: 'float32', "
                               "'bfloat16' (torch.autocast: the networks' matrix products in bfloat16, the "
                               "parameters, Adam, the loss's arithmetic and the acting forward stay float32; "
                               "about half the update's time where the hardware multiplies bfloat16 natively: "
-                              "CPUs with AVX512-BF16 or AMX, GPUs since Ampere; slower where it is emulated). "
-                              "Feed-forward networks without the symmetry extension or compile",
-                              (str,), choices=("float32", "bfloat16")),
+                              "CPUs with AVX512-BF16 or AMX, GPUs since Ampere; slower where it is emulated; "
+                              "feed-forward networks without the symmetry extension or compile), or 'auto' "
+                              "(bfloat16 where the learner's device has it natively and the networks allow it, "
+                              "else float32: core/precision.py)",
+                              (str,), choices=("float32", "bfloat16", "auto")),
         "symmetry": Param(None, "symmetry augmentation and/or mirror loss (rsl_rl's symmetry_cfg; FastPPO, and "
                           "PopPPO per member): a dict {mirror_fn: 'module:function' or a callable (obs=, actions=, "
                           "states=) -> (mirrored obs, actions, states), use_data_augmentation: bool, "
