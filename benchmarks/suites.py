@@ -154,6 +154,7 @@ def go1_arms() -> List[Arm]:
     one pool."""
     pql, sacn = "tune_configs/envpool-go1-joystick-pql.yaml", "tune_configs/envpool-go1-joystick-sacn.yaml"
     fast = "tune_configs/envpool-go1-joystick-fastppo-fast.yaml"
+    small = dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml", overrides={"hidden_sizes": [256, 128, 64]})
     rsl = dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64, mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1")
     return [
         Arm("rsl_rl-64", "rsl_rl_envpool", rsl,
@@ -175,18 +176,23 @@ def go1_arms() -> List[Arm]:
             what="`fastppo-rsl-options` with the update's forward and backward in bfloat16 (`update_dtype`): the "
                  "update was half of each iteration, and this CPU multiplies bfloat16 natively (AVX512-BF16)"),
         Arm("fastppo-fast", "rllib_fast_file", dict(path=fast),
-            what=f"FastPPO's fastest recipe, `{fast}`: the reference's settings with [256, 128, 64] networks"),
-        Arm("fastppo-fast-overlap", "rllib_fast_file", dict(path=fast, overrides={"learn_while_stepping": True,
-                                                                                "learn_steps_per_env_step": 20,
-                                                                                "env_config": {"num_threads": 1}}),
-            what="the same recipe, each update learned while the next rollout steps (the pool on 1 thread in a "
+            what=f"FastPPO's fastest Go1 recipe, `{fast}`: `fastppo-rsl-options-bf16` with update_dtype 'auto' "
+                 "(bfloat16 where the CPU has it natively, as here)"),
+        Arm("fastppo-256", "rllib_fast_file", small,
+            what="the reference's settings with [256, 128, 64] networks and FastPPO's own options (the "
+                 "`fastppo-fast` file until 2026-11-30)"),
+        Arm("fastppo-256-overlap", "rllib_fast_file",
+            dict(small, overrides=dict(small["overrides"], learn_while_stepping=True, learn_steps_per_env_step=20,
+                                       env_config={"num_threads": 1})),
+            what="`fastppo-256`, each update learned while the next rollout steps (the pool on 1 thread in a "
                  "simulator process)"),
-        Arm("fastppo-fast-critic512", "rllib_fast_file",
-            dict(path=fast, overrides={"critic_hidden_sizes": [512, 256, 128]}),
-            what="the fast recipe's [256, 128, 64] actor with the reference's [512, 256, 128] critic: per env "
+        Arm("fastppo-256-critic512", "rllib_fast_file",
+            dict(small, overrides=dict(small["overrides"], critic_hidden_sizes=[512, 256, 128])),
+            what="`fastppo-256`'s [256, 128, 64] actor with the reference's [512, 256, 128] critic: per env "
                  "step the reference's networks learned more, the small ones act and update faster"),
-        Arm("fastppo-fast-t8", "rllib_fast_file", dict(path=fast, overrides={"rollout_length": 8, "num_minibatches": 2}),
-            what="the fast recipe updating 3x as often per env step (8 steps x 64 envs, 2 minibatches of 256; "
+        Arm("fastppo-256-t8", "rllib_fast_file",
+            dict(small, overrides=dict(small["overrides"], rollout_length=8, num_minibatches=2)),
+            what="`fastppo-256` updating 3x as often per env step (8 steps x 64 envs, 2 minibatches of 256; "
                  "the same learner work per env step)"),
         Arm("pql", "rllib_fast_file", dict(path=pql),
             what=f"`{pql}`: 1 critic update of batch 2048 per 2 vectorised steps (~16 samples per transition)"),
