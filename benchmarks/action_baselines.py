@@ -27,9 +27,6 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
 def noise_policy_returns(env, std: float, episodes: int, generator: torch.Generator,
                          max_steps: int = 1_000_000) -> Dict[str, float]:
     """Mean return, mean length and reward-term means over the first ``episodes``

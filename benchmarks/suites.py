@@ -137,8 +137,8 @@ GO1_RSL_STD = {"actor.distribution_cfg": {"class_name": "GaussianDistribution", 
                "algorithm.entropy_coef": 0.0}
 
 
-#: FastPPO's options that make it rsl_rl's PPO step for step (docs/sources.md "FastPPO vs rsl_rl";
-#: tests/algorithms/test_ppo_rsl_equivalence.py checks them against rsl_rl's runner). vf_loss_coeff 2.0:
+#: FastPPO's options that make it rsl_rl's PPO step for step (docs/sources.md "FastPPO vs rsl_rl"): the one
+#: definition; tests/algorithms/test_ppo_rsl_equivalence.py loads it as its PARITY and checks it against rsl_rl. vf_loss_coeff 2.0:
 #: FastPPO's value loss is half the squared error, rsl_rl's the whole one (its value_loss_coef 1.0).
 RSL_RL_OPTIONS = dict(init="torch", std_param="scalar", clip_actions=False, adaptive_lr_every="minibatch",
                       kl_estimator="analytic", adaptive_lr_bounds=[1e-5, 1e-2], normalize_advantages_over="batch",

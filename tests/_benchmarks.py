@@ -13,6 +13,8 @@ BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def load_benchmark(filename: str, module_name: str):
     spec = importlib.util.spec_from_file_location(module_name, os.path.join(BENCH, filename))
     mod = importlib.util.module_from_spec(spec)
+    # registered before it runs, as an import would be: dataclasses (suites.py) look their module up there
+    sys.modules[module_name] = mod
     saved = list(sys.path)
     try:
         spec.loader.exec_module(mod)

@@ -5,7 +5,6 @@ critic only in the update, so a small actor beside a larger critic keeps the
 acting forward and the policy's half of the update cheap while the value
 estimate keeps its capacity (the Go1 recipe's question, docs/benchmarks.md).
 """
-import numpy as np
 import pytest
 import torch
 from ray.rllib.algorithms.algorithm import Algorithm
@@ -15,6 +14,7 @@ from torch import nn
 from rllib_fast.algorithms.a2c import FastA2CConfig
 from rllib_fast.algorithms.pop_ppo import PopPPOConfig
 from rllib_fast.algorithms.ppo import FastPPOConfig
+from tests.algorithms._learning import best_return
 
 
 def widths(seq: nn.Sequential):
@@ -74,12 +74,4 @@ def test_small_actor_with_a_larger_critic_learns_pendulum():
     defaults' width and the critic at twice it."""
     cfg = (FastPPOConfig().environment("Pendulum")
            .training(hidden_sizes=[32, 32], critic_hidden_sizes=[128, 128]).debugging(seed=0))
-    algo = cfg.build_algo()
-    best = -np.inf
-    for _ in range(300):
-        ret = algo.train()["env_runners"]["episode_return_mean"]
-        best = max(best, ret if ret == ret else -np.inf)
-        if best >= -250:
-            break
-    algo.stop()
-    assert best >= -250
+    assert best_return(cfg, -250, 300) >= -250

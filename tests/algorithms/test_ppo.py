@@ -8,6 +8,7 @@ from ray.rllib.core.columns import Columns
 
 from rllib_fast.algorithms.ppo import FastPPO, FastPPOConfig, FastPPOModule
 from rllib_fast.envs import TensorVecEnv
+from tests.algorithms._learning import best_return
 
 
 def small(env="CartPole", n=8, **kw):
@@ -126,28 +127,16 @@ def test_next_step_source_marks_invalid_and_learns_without_crossing_resets():
     algo.stop()
 
 
-def _train_until(cfg, threshold, max_iters):
-    algo = cfg.build_algo()
-    best = -np.inf
-    for _ in range(max_iters):
-        ret = algo.train()["env_runners"]["episode_return_mean"]
-        best = max(best, ret if ret == ret else -np.inf)
-        if best >= threshold:
-            break
-    algo.stop()
-    return best
-
-
 @pytest.mark.slow
 def test_learns_cartpole_to_475():
     cfg = FastPPOConfig().environment("CartPole").debugging(seed=0)  # the defaults
-    assert _train_until(cfg, 475, 150) >= 475
+    assert best_return(cfg, 475, 150) >= 475
 
 
 @pytest.mark.slow
 def test_learns_pendulum_to_minus_250():
     cfg = FastPPOConfig().environment("Pendulum").debugging(seed=0)  # the defaults
-    assert _train_until(cfg, -250, 300) >= -250
+    assert best_return(cfg, -250, 300) >= -250
 
 
 def test_gpu_resource_request_follows_device_settings():

@@ -3,7 +3,6 @@ and ``surrogate_clip='smooth'`` (its ``use_smooth_clamp``). Each gives rl_games'
 behaviour for one difference; the defaults keep FastPPO's own."""
 import math
 
-import numpy as np
 import pytest
 import torch
 from ray.rllib.algorithms.algorithm import Algorithm
@@ -12,6 +11,7 @@ from torch import nn
 
 from rllib_fast.algorithms.ppo import FastPPOConfig
 from rllib_fast.algorithms.ppo.loss import clipped_surrogate, ppo_loss, smooth_clamp
+from tests.algorithms._learning import best_return
 
 
 def small(env="Pendulum", n=8, **kw):
@@ -109,15 +109,7 @@ def test_shared_trunk_with_the_smooth_clip_learns_pendulum():
     """rl_games' network and surrogate together, on FastPPO's Pendulum defaults
     otherwise (the threshold of test_ppo.py's defaults run)."""
     cfg = FastPPOConfig().environment("Pendulum").training(shared_trunk=True, surrogate_clip="smooth").debugging(seed=0)
-    algo = cfg.build_algo()
-    best = -np.inf
-    for _ in range(300):
-        ret = algo.train()["env_runners"]["episode_return_mean"]
-        best = max(best, ret if ret == ret else -np.inf)
-        if best >= -250:
-            break
-    algo.stop()
-    assert best >= -250
+    assert best_return(cfg, -250, 300) >= -250
 
 
 @pytest.mark.parametrize("kw,match", [

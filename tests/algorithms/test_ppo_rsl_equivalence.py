@@ -18,12 +18,11 @@ from rsl_rl.storage import RolloutStorage as RslStorage  # noqa: E402
 
 from rllib_fast.algorithms.ppo import FastPPOConfig  # noqa: E402
 from rllib_fast.core.rollout import compute_gae  # noqa: E402
+from tests._benchmarks import load_benchmark  # noqa: E402
 
-#: every rsl_rl option on (docs/sources.md "FastPPO vs rsl_rl", bar the env-side ones)
-PARITY = dict(init="torch", std_param="scalar", clip_actions=False, adaptive_lr_every="minibatch",
-              kl_estimator="analytic", adaptive_lr_bounds=[1e-5, 1e-2], normalize_advantages_over="batch",
-              normalize_values=False, vf_loss_coeff=2.0, grad_clip_scope="per_network", adam_eps=1e-8,
-              shuffle="once")
+#: every rsl_rl option on (docs/sources.md "FastPPO vs rsl_rl", bar the env-side ones): the set the
+#: benchmarks run as "rsl_rl's options" (benchmarks/suites.py owns it), so this test checks what they run
+PARITY = load_benchmark("suites.py", "rllib_fast_suites_for_parity").RSL_RL_OPTIONS
 #: mjlab's Cartpole rsl_rl config on FastPPO's keys
 MAPPED = dict(num_epochs=5, num_minibatches=4, lr=1e-3, adaptive_lr_kl_target=0.01, gamma=0.99, lambda_=0.95,
               clip_param=0.2, vf_clip_param=0.2, entropy_coeff=0.01, grad_clip=1.0, hidden_sizes=[64, 64],

@@ -2,13 +2,13 @@
 torch.autocast, everything else float32. What it must keep: float32
 parameters, optimizer state and acting; the update it takes close to the
 float32 one; learning."""
-import numpy as np
 import pytest
 import torch
 
 from rllib_fast.algorithms.pop_ppo import PopPPOConfig
 from rllib_fast.algorithms.ppo import FastPPOConfig
 from rllib_fast.core.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, native_bfloat16
+from tests.algorithms._learning import best_return
 
 
 def small(**kw):
@@ -86,12 +86,5 @@ def test_pop_ppo_refuses_it():
 @pytest.mark.slow
 def test_bfloat16_update_learns_pendulum():
     """The threshold of test_ppo.py's defaults run, with the update in bfloat16."""
-    algo = FastPPOConfig().environment("Pendulum").training(update_dtype="bfloat16").debugging(seed=0).build_algo()
-    best = -np.inf
-    for _ in range(300):
-        ret = algo.train()["env_runners"]["episode_return_mean"]
-        best = max(best, ret if ret == ret else -np.inf)
-        if best >= -250:
-            break
-    algo.stop()
-    assert best >= -250
+    cfg = FastPPOConfig().environment("Pendulum").training(update_dtype="bfloat16").debugging(seed=0)
+    assert best_return(cfg, -250, 300) >= -250

@@ -208,9 +208,10 @@ class PPOUpdate(UpdateRule):
         actor_in = self.actor_features(batch, idx)
         # with a shared trunk the critic reads the observation (validated), so its input is actor_in
         critic_in = actor_in if module.shared_trunk else self.critic_features(batch, idx)
-        with self.training_precision():
+        dtype = self.autocast_dtype
+        with self.training_precision(dtype):
             p, log_std, v = module.dist_params_and_value(actor_in, critic_in)
-        if self.autocast_dtype is not None:   # the distribution and the loss in float32 (autocast's outputs are not)
+        if dtype is not None:   # the distribution and the loss in float32 (autocast's outputs are not)
             p, v = p.float(), v.float()
             log_std = None if log_std is None else log_std.float()
         logp, entropy = module.logp_entropy(p, log_std, batch.actions[idx])
@@ -228,14 +229,13 @@ class PPOUpdate(UpdateRule):
             terms = terms._replace(loss=terms.loss + s.bounds_loss_coeff * bounds_loss(p, wi, denom))
         return terms
 
-    def training_precision(self):
+    def training_precision(self, dtype: Optional[torch.dtype]):
         """The context of the training forward (and so of its backward): autocast to
-        bfloat16 with ``update_dtype='bfloat16'``, else nothing. Why only there: on
+        ``dtype`` (:attr:`autocast_dtype`), or nothing for None. Why only there: on
         a CPU that multiplies bfloat16 natively the update's matrix products are
         most of an iteration on a real simulator (Go1: 53%), while the acting
         forward is small and its log-probabilities are what the ratio divides by,
         so it stays float32."""
-        dtype = self.autocast_dtype
         return contextlib.nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
     @property
