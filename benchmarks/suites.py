@@ -412,7 +412,11 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
     Suite("humanoid", "envpool Humanoid-v4: return reached in 20 minutes, then time to it", [
         Arm("rl_games-ppo", "rl_games", dict(config="configs/mujoco/humanoid_envpool.yaml"),
             what="rl_games 1.6.5 PPO, its own humanoid_envpool.yaml"),
-        *robot_arms("humanoid")],
+        *robot_arms("humanoid"),
+        Arm("fastppo-fp32", "rllib_fast_file", dict(path="tune_configs/envpool-humanoid-fastppo.yaml",
+                                                    overrides={"update_dtype": "float32"}),
+            what="the same file with its update in float32 (the file before update_dtype: auto; "
+                 "what `auto` resolves to on a CPU without native bfloat16)")],
           mode="fixed", budget_s=1200, reference="rl_games-ppo", peer="rl_games",
           probe=dict(kind="envpool", task="Humanoid-v4", num_envs=64)),
     Suite("rates", "Whole-loop env-steps/s over a fixed window (samplers, learners, sources)", [
