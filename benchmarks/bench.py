@@ -411,6 +411,9 @@ def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
                  if peer else "No peer in this suite: the ratio column is empty.")]
     if data.get("mode") == "fixed" and data.get("reference"):
         lines += ["", *returns_at_table(data)]
+    ends = terms_at_end_table(data)
+    if ends:
+        lines += ["", *ends]
     stopped = sorted({r["arm"] for r in data["runs"] if r.get("stopped_at_bar") is not None})
     if stopped:
         lines += ["", "Stopped at the bar (`--stop-at-bar`), so no return at the budget's end: "
@@ -430,6 +433,43 @@ PLOTTED_TERMS = ("tracking",)
 #: reports averaged per plotted reward-term point: one report holds the few episodes that ended in
 #: one iteration, so the raw series swings over the term's whole range and hides the trend
 TERM_SMOOTHING = 50
+
+
+#: the final stretch of a run whose reward terms the end-of-run table averages (many reports: one
+#: holds only the episodes of one iteration)
+TERM_END_WINDOW_S = 120.0
+
+
+def terms_at_end_table(data: Dict[str, Any]) -> List[str]:
+    """Each arm's plotted reward terms over the last :data:`TERM_END_WINDOW_S` of its runs (at
+    the bar for a run stopped there), median over seeds [range], beside what a policy that
+    learned nothing earns (the suite's ``term_baselines``): whether an arm that reached the
+    return bar also does the task (tracks the commanded velocity) or only stopped falling."""
+    terms = term_names(data)
+    if not terms:
+        return []
+    base = data.get("term_baselines") or {}
+    head = ["arm", *[f"{t}, last {TERM_END_WINDOW_S:g} s" for t in terms], "ended"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm in dict.fromkeys(r["arm"] for r in data["runs"]):
+        runs = [r for r in data["runs"] if r["arm"] == arm]
+        cells = []
+        for term in terms:
+            vals = []
+            for r in runs:
+                tp = [p for p in r["points"] if term in (p.get("terms") or {})]
+                if tp:
+                    end = tp[-1]["t"]
+                    w = [p["terms"][term] for p in tp if p["t"] >= end - TERM_END_WINDOW_S]
+                    vals.append(sum(w) / len(w))
+            cells.append(_f(median(vals), 3) + _range(vals, 3) if vals else "–")
+        stopped = any(r.get("stopped_at_bar") is not None for r in runs)
+        out.append("| " + " | ".join([f"`{arm}`", *cells, "at the bar" if stopped else "budget"]) + " |")
+    if base:
+        out.append("| " + " | ".join([data.get("term_baselines_what") or "baseline",
+                                      *[_f(base[t], 3) if t in base else "–" for t in terms], "–"]) + " |")
+    return [f"Velocity tracking at the end of each run (episode mean per step, over the last "
+            f"{TERM_END_WINDOW_S:g} s of reports; median over seeds [range]):", "", *out]
 
 
 def trailing_mean(values: Sequence[float], window: int) -> List[float]:
@@ -478,6 +518,12 @@ def plot(data: Dict[str, Any], path: str) -> None:
         for ax, xl in zip(grid[row], ("wall time from process start (s)", "env steps")):
             if goal is not None and row == 0:
                 ax.axhline(goal, color="k", ls=":", lw=1)
+            base = (data.get("term_baselines") or {}).get(terms[row - 1]) if row else None
+            if base is not None:   # what a policy that learned nothing earns on this term
+                ax.axhline(base, color="0.5", ls="--", lw=1,
+                           label=(data.get("term_baselines_what") or "baseline") if ax is grid[row][0] else None)
+                if ax is grid[row][0]:
+                    ax.legend(fontsize=7)
             ax.set_xlabel(xl)
             ax.set_ylabel(ylabel, fontsize=8)
     grid[0][0].legend(fontsize=8)
@@ -491,6 +537,8 @@ def write_report(suite: Suite, data: Dict[str, Any], out_dir: str) -> str:
     md = os.path.join(out_dir, suite.name + ".md")
     for key in ("peer", "reference", "window_s"):
         data.setdefault(key, getattr(suite, key))
+    for key in ("term_baselines", "term_baselines_what"):   # the suite's knowledge, not a run's record
+        data[key] = getattr(suite, key)
     with open(md, "w") as f:
         ran = {r["arm"] for r in data["runs"]}
         f.write(report(data, {a.name: a.what for a in suite.arms if a.name in ran}))

@@ -47,6 +47,10 @@ class Suite:
     window_s: Optional[float] = None   # rate suites: stop this long after the first (warm-up) report
     peer: Optional[str] = None         # arms named with this prefix: the peer; its best median is the ratio's base
     tuning: bool = False               # a recipe search on tuning seeds (< 100): never a published comparison
+    # what a policy that learned nothing earns on each plotted reward term, and what that policy is: the
+    # report and the plot set the terms' end-of-run values against it (benchmarks/action_baselines.py)
+    term_baselines: Dict[str, float] = field(default_factory=dict)
+    term_baselines_what: str = ""
 
 
 MJLAB_EPISODE_S = 10.0
@@ -128,6 +132,11 @@ def robot_arms(task: str) -> List[Arm]:
                                             overrides={"sac_init_alpha": 0.001}),
             what=f"SAC(n), sequential, `{pql}`'s settings, initial temperature 0.001 (FastSAC)")]
 
+
+#: Go1's velocity-tracking terms (episode mean per step) of a robot that stands still: zero actions, the
+#: default pose, 128 episodes (benchmarks/results/go1-baselines.md, `action_baselines.py`); its return is 17.77
+GO1_STANDING = {"tracking_lin_vel": 0.249, "tracking_ang_vel": 0.254}
+GO1_STANDING_WHAT = "standing still (zero actions; return 17.77; results/go1-baselines.md)"
 
 #: mjlab's Go1 actor distribution with a smaller initial std (rsl_rl's GaussianDistribution keys)
 GO1_STD = 0.3
@@ -389,7 +398,8 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
           target=475.0, budget_s=180, probe=dict(kind="builtin", env="CartPole", num_envs=64), peer="rllib-ppo"),
     Suite("go1", "envpool Go1 joystick (flat): return reached in 20 minutes, then time to it", go1_arms(),
           mode="fixed", budget_s=1200, reference="rsl_rl-64-std0.3", peer="rsl_rl",
-          probe=dict(kind="envpool", task="Go1JoystickFlatTerrain-v1", num_envs=64)),
+          probe=dict(kind="envpool", task="Go1JoystickFlatTerrain-v1", num_envs=64),
+          term_baselines=GO1_STANDING, term_baselines_what=GO1_STANDING_WHAT),
     Suite("go1-ppo-tuning", "envpool Go1 joystick (flat): PPO candidates that learn at 64 envs, on tuning seeds",
           go1_ppo_candidates(), mode="fixed", budget_s=300, seeds=(1, 2, 3), reference="rsl_rl-64",
           probe=dict(kind="envpool", task="Go1JoystickFlatTerrain-v1", num_envs=64), tuning=True),

@@ -318,3 +318,26 @@ def test_a_reference_that_did_not_learn_flags_its_bar_and_the_report_gives_retur
     data["runs"][0] = run("ref", [0.1, 0.2, 0.3, 0.4])     # a reference that learned: a real bar
     assert not bench.degenerate_bar(data)
     assert "measures nothing" not in bench.report(data)
+
+
+def test_tracking_terms_at_the_end_of_each_run_stand_beside_the_baseline(bench):
+    # the return bar can be reached by a robot that only stopped falling: the report sets each
+    # arm's tracking terms over its final stretch against what standing still earns
+    def run(arm, seed, values, **extra):
+        pts = [dict(t=100.0 * (i + 1), train_s=100.0 * i, steps=10 * (i + 1), ret=1.0, cpu_s=1.0,
+                    terms={"tracking_lin_vel": v, "pose": 9.0}) for i, v in enumerate(values)]
+        return dict(arm=arm, seed=seed, points=pts, status="ok", cores=1.0, eval_s=0.0, startup_s=1.0, **extra)
+
+    window = bench.TERM_END_WINDOW_S
+    assert window == 120.0   # the last two 100-s reports below fall in it
+    data = dict(mode="fixed", reference="ref", term_baselines={"tracking_lin_vel": 0.25},
+                term_baselines_what="standing still", runs=[
+                    run("ref", 100, [0.1, 0.2, 0.3, 0.5]), run("ref", 101, [0.1, 0.1, 0.2, 0.2]),
+                    run("ours", 100, [0.6, 0.8], stopped_at_bar=1.0)])
+    table = "\n".join(bench.terms_at_end_table(data))
+    assert "tracking_lin_vel, last 120 s" in table and "pose" not in table   # only the plotted terms
+    assert "| `ref` | 0.300 [0.200–0.400] | budget |" in table   # seeds' means 0.4 and 0.2
+    assert "| `ours` | 0.700 | at the bar |" in table
+    assert "| standing still | 0.250 | – |" in table
+    assert "Velocity tracking at the end" in bench.report(data)
+    assert bench.terms_at_end_table(dict(runs=[run("x", 100, [])])) == []

@@ -7,8 +7,9 @@ runs either without complaint. On CPU the kernel's flags are the record
 (Linux ``/proc/cpuinfo``; elsewhere unknown, so no)."""
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -37,3 +38,31 @@ def native_bfloat16(device: Any) -> bool:
     if device.type == "cpu":
         return any(flag in cpu_flags() for flag in NATIVE_BF16_CPU_FLAGS)
     return False
+
+
+#: the values of an ``update_dtype`` key
+UPDATE_DTYPES = ("float32", "bfloat16", "auto")
+
+
+def autocast_dtype(setting: str, device: Any, reachable: bool = True) -> Optional[torch.dtype]:
+    """The autocast dtype an ``update_dtype`` setting means on ``device`` (None:
+    float32 throughout). 'auto' is bfloat16 only where the device multiplies it
+    natively and ``reachable`` (the algorithm's update path is one autocast
+    covers: no compile, no recurrent module...); an explicit 'bfloat16' is
+    validated against those paths at config time, so here it is taken as is."""
+    if setting == "bfloat16":
+        return torch.bfloat16
+    if setting == "auto" and reachable and native_bfloat16(device):
+        return torch.bfloat16
+    return None
+
+
+def training_precision(device: Any, dtype: Optional[torch.dtype]):
+    """The context of an update's training forward (and so of its backward,
+    which autograd runs in the dtypes the forward chose): ``torch.autocast`` to
+    ``dtype``, or nothing for None. Only the matrix products change precision;
+    parameters, optimizer state and the loss arithmetic the networks' float32
+    outputs feed stay float32."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)

@@ -14,14 +14,13 @@ reduction at the end of an iteration.
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Generator, Optional, Tuple
 
 import torch
 
-from ...core.precision import native_bfloat16
+from ...core.precision import autocast_dtype, training_precision
 from ...core.rollout import RolloutStorage
 from ...core.start_method import resolve_start_method
 from ...envs import registry as env_registry
@@ -236,7 +235,7 @@ class PPOUpdate(UpdateRule):
         most of an iteration on a real simulator (Go1: 53%), while the acting
         forward is small and its log-probabilities are what the ratio divides by,
         so it stays float32."""
-        return contextlib.nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
+        return training_precision(self.device, dtype)
 
     @property
     def autocast_dtype(self) -> Optional[torch.dtype]:
@@ -244,11 +243,7 @@ class PPOUpdate(UpdateRule):
         'auto' is bfloat16 where the device multiplies it natively and nothing the
         key does not reach is on (a recurrent module, the symmetry loss, compile)."""
         setting = self.settings.update_dtype
-        if setting == "bfloat16":
-            return torch.bfloat16
-        if setting == "auto" and native_bfloat16(self.device) and self.bfloat16_reaches_the_loss():
-            return torch.bfloat16
-        return None
+        return autocast_dtype(setting, self.device, setting == "auto" and self.bfloat16_reaches_the_loss())
 
     def bfloat16_reaches_the_loss(self) -> bool:
         """Whether the training forward is the plain feed-forward surrogate's

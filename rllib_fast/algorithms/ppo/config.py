@@ -1,6 +1,7 @@
 """FastPPO hyperparameters (names follow RLlib's PPO where one exists)."""
 from __future__ import annotations
 
+from ...core.precision import UPDATE_DTYPES
 from ...core.params import Param, real_pair, with_defaults
 from ...core.start_method import START_METHODS
 from ..extensions.rnd import rnd_error
@@ -106,7 +107,7 @@ class FastPPOConfig(OnPolicyConfig):
                               "feed-forward networks without the symmetry extension or compile), or 'auto' "
                               "(bfloat16 where the learner's device has it natively and the networks allow it, "
                               "else float32: core/precision.py)",
-                              (str,), choices=("float32", "bfloat16", "auto")),
+                              (str,), choices=UPDATE_DTYPES),
         "symmetry": Param(None, "symmetry augmentation and/or mirror loss (rsl_rl's symmetry_cfg; FastPPO, and "
                           "PopPPO per member): a dict {mirror_fn: 'module:function' or a callable (obs=, actions=, "
                           "states=) -> (mirrored obs, actions, states), use_data_augmentation: bool, "

@@ -37,6 +37,7 @@ from torch.nn import functional as F
 
 from ...core.compile import compiled
 from ...core.normalize import RunningMeanStd
+from ...core.precision import autocast_dtype, training_precision
 from .nstep import NStepAggregator
 from ...core.state import load_optimizer_state
 from .transition_replay import TransitionReplay
@@ -115,6 +116,16 @@ def make_critic(cfg, dims: Dims) -> DoubleQ:
     atoms = cfg.num_atoms if cfg.distributional else 1
     return DoubleQ(dims.critic_dim, dims.act_dim, cfg.resolved_critic_hidden(dims.obs_dim), cfg.activation, atoms,
                    cfg.v_min, cfg.v_max, cfg.layer_norm)
+
+
+def update_autocast(cfg, device: torch.device) -> Optional[torch.dtype]:
+    """A learner's autocast dtype from ``update_dtype`` (None: float32). Why
+    only the learners: a critic update (twin C51 heads on a batch of thousands,
+    plus the target pass) is what bounds PQL's V-learner and SAC(n)'s loop on a
+    CPU, while the Actor's forward is one small batch per env step. The
+    networks hand float32 outputs on (:mod:`.nets`), so the targets, the C51
+    projection and the losses are float32 arithmetic either way."""
+    return autocast_dtype(cfg.update_dtype, device, reachable=not cfg.compile)
 
 
 def _adamw(params, lr, wd):
@@ -287,6 +298,7 @@ class CriticLearner:
         self.updates = 0
         self.loss_sum = torch.zeros(2, device=device)    # (sum of losses, sum of Q) since last read
         self._loss_fn = compiled(self.loss, cfg.compile, device)
+        self.autocast = update_autocast(cfg, device)
 
     def set_moments(self, moments: Optional[Tuple[torch.Tensor, ...]]) -> None:
         self._moments = None if moments is None else tuple(t.to(self.device) for t in moments)
@@ -299,7 +311,9 @@ class CriticLearner:
 
     def update(self) -> None:
         live = self.live
-        loss, q_mean = self._loss_fn(self.replay.sample(self.batch_size), self.moments_fn())
+        b = self.replay.sample(self.batch_size)
+        with training_precision(self.device, self.autocast):
+            loss, q_mean = self._loss_fn(b, self.moments_fn())
         for g in self.optimizer.param_groups:
             g["lr"] = live.lr
         self.optimizer.zero_grad(set_to_none=True)
@@ -409,6 +423,7 @@ class PolicyLearner:
         self.updates = 0
         self.loss_sum = torch.zeros(2, device=device)
         self._loss_fn = compiled(self.loss, cfg.compile, device)
+        self.autocast = update_autocast(cfg, device)
 
     set_moments = CriticLearner.set_moments
     ready = CriticLearner.ready
@@ -427,7 +442,8 @@ class PolicyLearner:
         for p in frozen:
             p.requires_grad_(False)
         try:
-            loss, a, logp = self._loss_fn(b, self.moments_fn())
+            with training_precision(self.device, self.autocast):
+                loss, a, logp = self._loss_fn(b, self.moments_fn())
         finally:
             for p in frozen:
                 p.requires_grad_(True)

@@ -2,6 +2,10 @@
 a twin Q critic on concat(s, a) (scalar or distributional), and SAC's squashed
 Gaussian policy. Every network is an MLP, optionally with LayerNorm after each
 hidden layer (``layer_norm``: FastTD3's and FastSAC's normalised networks).
+Every head's raw output is made float32 (``.float()``, a no-op in float32):
+under ``update_dtype`` bfloat16 the matrix products run in bfloat16 inside
+autocast, and what follows (tanh, the squashed Gaussian's log-probability,
+softmax over the C51 atoms) stays float32 arithmetic.
 Inputs are *normalised* observations; normalisation lives outside the
 networks (the Actor owns the statistics, learners apply the latest ones at
 sample time), so networks can be shipped between components as plain
@@ -50,7 +54,7 @@ class DeterministicPolicy(nn.Module):
         self.net = pql_mlp(obs_dim, hidden, act_dim, activation, out_gain=0.01, layer_norm=layer_norm)
 
     def forward(self, obs_n: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(obs_n))
+        return torch.tanh(self.net(obs_n).float())
 
     def act(self, obs_n: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
         return self(obs_n)
@@ -75,7 +79,7 @@ class SquashedGaussianPolicy(nn.Module):
 
     def sample(self, obs_n: torch.Tensor, deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
         """(action in [-1, 1], log-probability with the tanh correction)."""
-        mean, log_std = self.net(obs_n).chunk(2, dim=-1)
+        mean, log_std = self.net(obs_n).float().chunk(2, dim=-1)
         lo, hi = self.log_std_bounds
         log_std = lo + 0.5 * (hi - lo) * (torch.tanh(log_std) + 1.0)
         eps = torch.zeros_like(mean) if deterministic else torch.randn_like(mean)
@@ -105,7 +109,7 @@ class DoubleQ(nn.Module):
     def heads(self, obs_n: torch.Tensor, action: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Raw outputs of both heads: ``[B]`` values, or ``[B, K]`` logits."""
         x = torch.cat([obs_n, action], -1)
-        a, b = self.q1(x), self.q2(x)
+        a, b = self.q1(x).float(), self.q2(x).float()
         if self.num_atoms == 1:
             return a.squeeze(-1), b.squeeze(-1)
         return a, b
