@@ -133,6 +133,22 @@ def robot_arms(task: str) -> List[Arm]:
             what=f"SAC(n), sequential, `{pql}`'s settings, initial temperature 0.001 (FastSAC)")]
 
 
+def fp32_arms(pql: str, sacn: bool = False) -> List[Arm]:
+    """The PQL file (and SAC(n) on its settings) with the learners' updates in float32: the
+    files' form before `update_dtype: auto`, and what `auto` resolves to on a CPU without
+    native bfloat16; their runs before 2026-11-30 are these arms'."""
+    what = "with the learners' updates in float32 (the file before update_dtype: auto; what `auto` resolves to " \
+           "on a CPU without native bfloat16)"
+    arms = [Arm("pql-fp32", "rllib_fast_file", dict(path=pql, overrides={"update_dtype": "float32"}),
+                what=f"`{pql}` {what}")]
+    if sacn:
+        arms.append(Arm("sacn-fp32", "rllib_fast_file",
+                        dict(path=pql, run="SACN", drop=PQL_CONCURRENCY + PQL_EXPLORATION,
+                             overrides={"sac_init_alpha": 0.001, "update_dtype": "float32"}),
+                        what=f"`sacn` {what}"))
+    return arms
+
+
 #: Go1's velocity-tracking terms (episode mean per step) of a robot that stands still: zero actions, the
 #: default pose, 128 episodes (benchmarks/results/go1-baselines.md, `action_baselines.py`); its return is 17.77
 GO1_STANDING = {"tracking_lin_vel": 0.249, "tracking_ang_vel": 0.254}
@@ -205,6 +221,7 @@ def go1_arms() -> List[Arm]:
                  "the same learner work per env step)"),
         Arm("pql", "rllib_fast_file", dict(path=pql),
             what=f"`{pql}`: 1 critic update of batch 2048 per 2 vectorised steps (~16 samples per transition)"),
+        *fp32_arms(pql),
         Arm("pql-utd2", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 2.0}),
             what="the file's first form, 2 critic updates per vectorised step (~64 samples per transition, "
                  "FastTD3's replay ratio)"),
@@ -426,7 +443,8 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
         Arm("fastppo-fp32", "rllib_fast_file", dict(path="tune_configs/envpool-humanoid-fastppo.yaml",
                                                     overrides={"update_dtype": "float32"}),
             what="the same file with its update in float32 (the file before update_dtype: auto; "
-                 "what `auto` resolves to on a CPU without native bfloat16)")],
+                 "what `auto` resolves to on a CPU without native bfloat16)"),
+        *fp32_arms("tune_configs/envpool-humanoid-pql.yaml", sacn=True)],
           mode="fixed", budget_s=1200, reference="rl_games-ppo", peer="rl_games",
           probe=dict(kind="envpool", task="Humanoid-v4", num_envs=64)),
     Suite("rates", "Whole-loop env-steps/s over a fixed window (samplers, learners, sources)", [
