@@ -449,7 +449,7 @@ def terms_at_end_table(data: Dict[str, Any]) -> List[str]:
     if not terms:
         return []
     base = data.get("term_baselines") or {}
-    head = ["arm", *[f"{t}, last {TERM_END_WINDOW_S:g} s" for t in terms], "ended"]
+    head = ["arm", *[f"{t}, last {TERM_END_WINDOW_S:g} s" for t in terms], "runs ended"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arm in dict.fromkeys(r["arm"] for r in data["runs"]):
         runs = [r for r in data["runs"] if r["arm"] == arm]
@@ -463,8 +463,9 @@ def terms_at_end_table(data: Dict[str, Any]) -> List[str]:
                     w = [p["terms"][term] for p in tp if p["t"] >= end - TERM_END_WINDOW_S]
                     vals.append(sum(w) / len(w))
             cells.append(_f(median(vals), 3) + _range(vals, 3) if vals else "–")
-        stopped = any(r.get("stopped_at_bar") is not None for r in runs)
-        out.append("| " + " | ".join([f"`{arm}`", *cells, "at the bar" if stopped else "budget"]) + " |")
+        at_bar = sum(1 for r in runs if r.get("stopped_at_bar") is not None and first_at(r, r["stopped_at_bar"]))
+        ended = ", ".join(f"{n} {what}" for n, what in ((at_bar, "at the bar"), (len(runs) - at_bar, "budget")) if n)
+        out.append("| " + " | ".join([f"`{arm}`", *cells, ended]) + " |")
     if base:
         out.append("| " + " | ".join([data.get("term_baselines_what") or "baseline",
                                       *[_f(base[t], 3) if t in base else "–" for t in terms], "–"]) + " |")

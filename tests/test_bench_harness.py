@@ -333,11 +333,12 @@ def test_tracking_terms_at_the_end_of_each_run_stand_beside_the_baseline(bench):
     data = dict(mode="fixed", reference="ref", term_baselines={"tracking_lin_vel": 0.25},
                 term_baselines_what="standing still", runs=[
                     run("ref", 100, [0.1, 0.2, 0.3, 0.5]), run("ref", 101, [0.1, 0.1, 0.2, 0.2]),
-                    run("ours", 100, [0.6, 0.8], stopped_at_bar=1.0)])
+                    run("ours", 100, [0.6, 0.8], stopped_at_bar=1.0), run("ours", 101, [0.6, 0.8], stopped_at_bar=5.0)])
     table = "\n".join(bench.terms_at_end_table(data))
     assert "tracking_lin_vel, last 120 s" in table and "pose" not in table   # only the plotted terms
-    assert "| `ref` | 0.300 [0.200–0.400] | budget |" in table   # seeds' means 0.4 and 0.2
-    assert "| `ours` | 0.700 | at the bar |" in table
+    assert "| `ref` | 0.300 [0.200–0.400] | 2 budget |" in table   # seeds' means 0.4 and 0.2
+    # asked to stop at a bar of 5.0, seed 101 never reached it: it ran its budget
+    assert "| `ours` | 0.700 [0.700–0.700] | 1 at the bar, 1 budget |" in table
     assert "| standing still | 0.250 | – |" in table
     assert "Velocity tracking at the end" in bench.report(data)
     assert bench.terms_at_end_table(dict(runs=[run("x", 100, [])])) == []
