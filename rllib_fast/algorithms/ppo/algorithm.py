@@ -242,8 +242,7 @@ class PPOUpdate(UpdateRule):
         """The training forward's autocast dtype (None: float32 throughout).
         'auto' is bfloat16 where the device multiplies it natively and nothing the
         key does not reach is on (a recurrent module, the symmetry loss, compile)."""
-        setting = self.settings.update_dtype
-        return autocast_dtype(setting, self.device, setting == "auto" and self.bfloat16_reaches_the_loss())
+        return autocast_dtype(self.settings.update_dtype, self.device, self.bfloat16_reaches_the_loss())
 
     def bfloat16_reaches_the_loss(self) -> bool:
         """Whether the training forward is the plain feed-forward surrogate's
