@@ -309,17 +309,26 @@ def bar(data: Dict[str, Any]) -> Optional[float]:
     return median(ref) if ref else None
 
 
+def runs_by_arm(data: Dict[str, Any]) -> Dict[str, List[Dict[str, Any]]]:
+    """Each arm's runs, the arms in the order of their first run in the results file."""
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    for r in data["runs"]:
+        out.setdefault(r["arm"], []).append(r)
+    return out
+
+
+def table_lines(head: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    """A report table's markdown lines: the header, its rule, one line per row."""
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
 def arm_rows(data: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Per arm, over its seeds: times to the bar (inf when not reached), training-only
     times, env steps at the bar, cores (to the bar if reached, else over the run)."""
     goal = bar(data)
-    order: List[str] = []
-    for r in data["runs"]:
-        if r["arm"] not in order:
-            order.append(r["arm"])
     rows = []
-    for name in order:
-        runs = sorted((r for r in data["runs"] if r["arm"] == name), key=lambda r: r["seed"])
+    for name, runs in runs_by_arm(data).items():
+        runs = sorted(runs, key=lambda r: r["seed"])
         t, train, steps, cores, final, sps, evals, startup = [], [], [], [], [], [], [], []
         for r in runs:
             p = first_at(r, goal) if goal is not None else None
@@ -360,16 +369,15 @@ def returns_at_table(data: Dict[str, Any]) -> List[str]:
         return []
     marks = [budget / 4, budget / 2, budget]
     head = ["arm", *[f"return at {m / 60:g} min" for m in marks], "env steps by the end"]
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for arm in dict.fromkeys(r["arm"] for r in data["runs"]):
-        runs = [r for r in data["runs"] if r["arm"] == arm]
+    rows = []
+    for arm, runs in runs_by_arm(data).items():
         cells = []
         for m in marks:
             vals = [x for x in (return_at(r, m) for r in runs) if x is not None]
             cells.append(_f(median(vals), 2) + _range(vals, 2) if vals else "–")
         steps = [r["points"][-1]["steps"] for r in runs if r["points"]]
-        out.append("| " + " | ".join([f"`{arm}`", *cells, _f(median(steps), 0) if steps else "–"]) + " |")
-    return ["Returns at fixed wall times (from process start):", "", *out]
+        rows.append([f"`{arm}`", *cells, _f(median(steps), 0) if steps else "–"])
+    return ["Returns at fixed wall times (from process start):", "", *table_lines(head, rows)]
 
 
 def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
@@ -450,27 +458,29 @@ def terms_at_end_table(data: Dict[str, Any]) -> List[str]:
         return []
     base = data.get("term_baselines") or {}
     head = ["arm", *[f"{t}, last {TERM_END_WINDOW_S:g} s" for t in terms], "runs ended"]
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for arm in dict.fromkeys(r["arm"] for r in data["runs"]):
-        runs = [r for r in data["runs"] if r["arm"] == arm]
+    rows = []
+    for arm, runs in runs_by_arm(data).items():
         cells = []
         for term in terms:
-            vals = []
-            for r in runs:
-                tp = [p for p in r["points"] if term in (p.get("terms") or {})]
-                if tp:
-                    end = tp[-1]["t"]
-                    w = [p["terms"][term] for p in tp if p["t"] >= end - TERM_END_WINDOW_S]
-                    vals.append(sum(w) / len(w))
+            vals = [x for x in (term_at_end(r, term) for r in runs) if x is not None]
             cells.append(_f(median(vals), 3) + _range(vals, 3) if vals else "–")
         at_bar = sum(1 for r in runs if r.get("stopped_at_bar") is not None and first_at(r, r["stopped_at_bar"]))
         ended = ", ".join(f"{n} {what}" for n, what in ((at_bar, "at the bar"), (len(runs) - at_bar, "budget")) if n)
-        out.append("| " + " | ".join([f"`{arm}`", *cells, ended]) + " |")
+        rows.append([f"`{arm}`", *cells, ended])
     if base:
-        out.append("| " + " | ".join([data.get("term_baselines_what") or "baseline",
-                                      *[_f(base[t], 3) if t in base else "–" for t in terms], "–"]) + " |")
+        rows.append([data.get("term_baselines_what") or "baseline",
+                     *[_f(base[t], 3) if t in base else "–" for t in terms], "–"])
     return [f"Velocity tracking at the end of each run (episode mean per step, over the last "
-            f"{TERM_END_WINDOW_S:g} s of reports; median over seeds [range]):", "", *out]
+            f"{TERM_END_WINDOW_S:g} s of reports; median over seeds [range]):", "", *table_lines(head, rows)]
+
+
+def term_at_end(run: Dict[str, Any], term: str) -> Optional[float]:
+    """The mean of a reward term over a run's last :data:`TERM_END_WINDOW_S` of reports (None: never recorded)."""
+    tp = [p for p in run["points"] if term in (p.get("terms") or {})]
+    if not tp:
+        return None
+    w = [p["terms"][term] for p in tp if p["t"] >= tp[-1]["t"] - TERM_END_WINDOW_S]
+    return sum(w) / len(w)
 
 
 def trailing_mean(values: Sequence[float], window: int) -> List[float]:

@@ -133,20 +133,23 @@ def robot_arms(task: str) -> List[Arm]:
             what=f"SAC(n), sequential, `{pql}`'s settings, initial temperature 0.001 (FastSAC)")]
 
 
-def fp32_arms(pql: str, sacn: bool = False) -> List[Arm]:
-    """The PQL file (and SAC(n) on its settings) with the learners' updates in float32: the
-    files' form before `update_dtype: auto`, and what `auto` resolves to on a CPU without
-    native bfloat16; their runs before 2026-11-30 are these arms'."""
-    what = "with the learners' updates in float32 (the file before update_dtype: auto; what `auto` resolves to " \
-           "on a CPU without native bfloat16)"
-    arms = [Arm("pql-fp32", "rllib_fast_file", dict(path=pql, overrides={"update_dtype": "float32"}),
-                what=f"`{pql}` {what}")]
-    if sacn:
-        arms.append(Arm("sacn-fp32", "rllib_fast_file",
-                        dict(path=pql, run="SACN", drop=PQL_CONCURRENCY + PQL_EXPLORATION,
-                             overrides={"sac_init_alpha": 0.001, "update_dtype": "float32"}),
-                        what=f"`sacn` {what}"))
-    return arms
+def float32_arm(arm: Arm) -> Arm:
+    """``arm`` with its updates in float32 (`update_dtype: float32`): a file's form before
+    `update_dtype: auto`, and what `auto` resolves to on a CPU without native bfloat16; the
+    runs of the files before 2026-11-30 are these arms'."""
+    params = dict(arm.params, overrides=dict(arm.params.get("overrides") or {}, update_dtype="float32"))
+    return Arm(f"{arm.name}-fp32", arm.adapter, params, arm.threads,
+               what=f"`{arm.name}` with its updates in float32 (the file before update_dtype: auto; what `auto` "
+                    "resolves to on a CPU without native bfloat16)")
+
+
+def humanoid_arms() -> List[Arm]:
+    """rl_games' PPO, our robot arms, and the float32 forms of the files that now take
+    `update_dtype: auto`."""
+    ours = robot_arms("humanoid")
+    return [Arm("rl_games-ppo", "rl_games", dict(config="configs/mujoco/humanoid_envpool.yaml"),
+                what="rl_games 1.6.5 PPO, its own humanoid_envpool.yaml"),
+            *ours, *(float32_arm(a) for a in ours if a.name in ("fastppo", "pql", "sacn"))]
 
 
 #: Go1's velocity-tracking terms (episode mean per step) of a robot that stands still: zero actions, the
@@ -180,6 +183,8 @@ def go1_arms() -> List[Arm]:
     pql, sacn = "tune_configs/envpool-go1-joystick-pql.yaml", "tune_configs/envpool-go1-joystick-sacn.yaml"
     fast = "tune_configs/envpool-go1-joystick-fastppo-fast.yaml"
     small = dict(path="tune_configs/envpool-go1-joystick-fastppo.yaml", overrides={"hidden_sizes": [256, 128, 64]})
+    pql_arm = Arm("pql", "rllib_fast_file", dict(path=pql),
+                  what=f"`{pql}`: 1 critic update of batch 2048 per 2 vectorised steps (~16 samples per transition)")
     rsl = dict(task="envpool:Go1JoystickFlatTerrain-v1", num_envs=64, mjlab_task="Mjlab-Velocity-Flat-Unitree-Go1")
     return [
         Arm("rsl_rl-64", "rsl_rl_envpool", rsl,
@@ -219,9 +224,7 @@ def go1_arms() -> List[Arm]:
             dict(small, overrides=dict(small["overrides"], rollout_length=8, num_minibatches=2)),
             what="`fastppo-256` updating 3x as often per env step (8 steps x 64 envs, 2 minibatches of 256; "
                  "the same learner work per env step)"),
-        Arm("pql", "rllib_fast_file", dict(path=pql),
-            what=f"`{pql}`: 1 critic update of batch 2048 per 2 vectorised steps (~16 samples per transition)"),
-        *fp32_arms(pql),
+        pql_arm, float32_arm(pql_arm),
         Arm("pql-utd2", "rllib_fast_file", dict(path=pql, overrides={"beta_av": 2.0}),
             what="the file's first form, 2 critic updates per vectorised step (~64 samples per transition, "
                  "FastTD3's replay ratio)"),
@@ -436,15 +439,7 @@ SUITES: Dict[str, Suite] = {s.name: s for s in [
           probe=dict(kind="envpool", task="Ant-v4", num_envs=64)),
     # rl_games 1.6.5 ships no SAC envpool config for Humanoid (configs/mujoco: sac_ant_envpool and
     # sac_halfcheetah_envpool only), so its PPO is the peer here
-    Suite("humanoid", "envpool Humanoid-v4: return reached in 20 minutes, then time to it", [
-        Arm("rl_games-ppo", "rl_games", dict(config="configs/mujoco/humanoid_envpool.yaml"),
-            what="rl_games 1.6.5 PPO, its own humanoid_envpool.yaml"),
-        *robot_arms("humanoid"),
-        Arm("fastppo-fp32", "rllib_fast_file", dict(path="tune_configs/envpool-humanoid-fastppo.yaml",
-                                                    overrides={"update_dtype": "float32"}),
-            what="the same file with its update in float32 (the file before update_dtype: auto; "
-                 "what `auto` resolves to on a CPU without native bfloat16)"),
-        *fp32_arms("tune_configs/envpool-humanoid-pql.yaml", sacn=True)],
+    Suite("humanoid", "envpool Humanoid-v4: return reached in 20 minutes, then time to it", humanoid_arms(),
           mode="fixed", budget_s=1200, reference="rl_games-ppo", peer="rl_games",
           probe=dict(kind="envpool", task="Humanoid-v4", num_envs=64)),
     Suite("rates", "Whole-loop env-steps/s over a fixed window (samplers, learners, sources)", [
