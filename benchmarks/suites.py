@@ -235,7 +235,10 @@ def go1_arms() -> List[Arm]:
         Arm("pql-threads", "rllib_fast_file", dict(path=pql, overrides={"backend": "thread"}),
             what="the same file, learners as threads in one process"),
         Arm("sacn", "rllib_fast_file", dict(path=sacn),
-            what=f"`{sacn}`: sequential, 1 critic update of batch 2048 per vectorised step"),
+            what=f"`{sacn}`: sequential, 1 critic update of batch 2048 per vectorised step, learning from "
+                 "the 131,072nd transition"),
+        Arm("sacn-ls-auto", "rllib_fast_file", dict(path=sacn, overrides={"learning_starts": "auto"}),
+            what="the same file learning from the first 2,048 transitions (one batch; the file until 2026-11-30)"),
         Arm("sacn-utd0.5", "rllib_fast_file", dict(path=sacn, overrides={"beta_av": 0.5}),
             what="the same file, 1 critic update per 2 vectorised steps"),
         Arm("pop_ppo-4", "rllib_fast_file", dict(path="tune_configs/envpool-go1-joystick-pop-ppo.yaml"),
