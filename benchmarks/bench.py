@@ -276,6 +276,13 @@ def first_at(rec: Dict[str, Any], value: float) -> Optional[Dict[str, Any]]:
     return next((p for p in rec["points"] if p.get("ret") is not None and p["ret"] >= value), None)
 
 
+def stopped_at_bar(rec: Dict[str, Any]) -> bool:
+    """Whether the run ended at its bar (``--stop-at-bar`` and reached): such a run has no return at
+    the budget's end. Asked to stop there but never reaching it, a run ran its whole budget."""
+    bar = rec.get("stopped_at_bar")
+    return bar is not None and first_at(rec, bar) is not None
+
+
 def final_return(rec: Dict[str, Any]) -> Optional[float]:
     return return_at(rec, math.inf)
 
@@ -339,7 +346,7 @@ def arm_rows(data: Dict[str, Any]) -> List[Dict[str, Any]]:
                 steps.append(p["steps"])
             c = (p or {}).get("cpu_s") if p else None
             cores.append(c / p["t"] if c and p["t"] else r.get("cores"))
-            if r.get("stopped_at_bar") is None:   # a run stopped at the bar has no budget-end return
+            if not stopped_at_bar(r):   # a run stopped at the bar has no budget-end return
                 final.append(final_return(r))
             pts = r["points"]
             if len(pts) > 1 and pts[-1]["t"] > pts[0]["t"]:   # after the first report (warm-up)
@@ -422,7 +429,7 @@ def report(data: Dict[str, Any], what: Optional[Dict[str, str]] = None) -> str:
     ends = terms_at_end_table(data)
     if ends:
         lines += ["", *ends]
-    stopped = sorted({r["arm"] for r in data["runs"] if r.get("stopped_at_bar") is not None})
+    stopped = sorted({r["arm"] for r in data["runs"] if stopped_at_bar(r)})
     if stopped:
         lines += ["", "Stopped at the bar (`--stop-at-bar`), so no return at the budget's end: "
                   + ", ".join(f"`{a}`" for a in stopped) + " (their final-return column is over the runs "
@@ -464,7 +471,7 @@ def terms_at_end_table(data: Dict[str, Any]) -> List[str]:
         for term in terms:
             vals = [x for x in (term_at_end(r, term) for r in runs) if x is not None]
             cells.append(_f(median(vals), 3) + _range(vals, 3) if vals else "–")
-        at_bar = sum(1 for r in runs if r.get("stopped_at_bar") is not None and first_at(r, r["stopped_at_bar"]))
+        at_bar = sum(1 for r in runs if stopped_at_bar(r))
         ended = ", ".join(f"{n} {what}" for n, what in ((at_bar, "at the bar"), (len(runs) - at_bar, "budget")) if n)
         rows.append([f"`{arm}`", *cells, ended])
     if base:

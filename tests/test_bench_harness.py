@@ -291,6 +291,11 @@ def test_stop_at_bar_times_other_arms_to_the_reference_bar_and_the_report_says_s
     rows = {r["arm"]: r for r in bench.arm_rows(data)}
     assert rows["fake"]["t"] == [2.0] and rows["fake"]["final"] == []   # timed, but no budget-end return
     assert "Stopped at the bar" in bench.report(data)
+    # asked to stop at the bar but never reaching it, a run ran its whole budget: its return counts
+    data["runs"] = [r for r in data["runs"] if r["arm"] != "fake"] + [run("fake", 101, [2.0, 3.5], stopped_at_bar=4.0)]
+    rows = {r["arm"]: r for r in bench.arm_rows(data)}
+    assert rows["fake"]["t"] == [math.inf] and rows["fake"]["final"] == [3.5]
+    assert "Stopped at the bar" not in bench.report(data)
 
 
 def test_a_new_probe_does_not_relabel_runs_recorded_before_runs_carried_their_own(bench):
