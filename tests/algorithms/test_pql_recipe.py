@@ -376,7 +376,10 @@ def test_shipped_go1_sacn_recipe_trains_on_the_real_task():
     (spec,) = yaml.safe_load((TUNE_CONFIGS / "envpool-go1-joystick-sacn.yaml").read_text()).values()
     assert spec["run"] == "SACN"
     config = {k: v for k, v in spec["config"].items() if k not in ("evaluation_interval", "seed", "num_envs")}
-    config.update(steps_per_iteration=10, batch_size=64, buffer_size=2000, warmup_steps=2,
+    # the file learns from its 131,072nd transition (docs/pql.md "Go1: when learning starts"):
+    # shrunk with the buffer here, as the sizes are
+    assert config["learning_starts"] == 131072 <= config["buffer_size"]
+    config.update(steps_per_iteration=10, batch_size=64, buffer_size=2000, warmup_steps=2, learning_starts=64,
                   hidden_sizes=[32, 32], critic_hidden_sizes=[32, 32],
                   env_config=dict(config["env_config"], num_threads=1))
     env_config = config.pop("env_config")
