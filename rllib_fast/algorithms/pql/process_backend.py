@@ -54,6 +54,7 @@ would need CUDA IPC, and on a GPU the thread back-end already overlaps
 from __future__ import annotations
 
 import copy
+import faulthandler
 import io
 import math
 import os
@@ -340,7 +341,12 @@ class _LearnerLoop:
 
 
 def _learner_main(role, config_state, dims, rows, capacity, shared, conn) -> None:
-    """Entry point of a learner process (module level: ``spawn`` imports it by name)."""
+    """Entry point of a learner process (module level: ``spawn`` imports it by name).
+
+    A native crash (the trial sees exit code -11) cannot be sent over the pipe; faulthandler
+    writes the learner's Python stack to its stderr, inherited from the trial, where the
+    trial's log (or pytest's capture) shows where it died."""
+    faulthandler.enable()
     try:
         _LearnerLoop(role, config_state, dims, rows, capacity, shared, conn).run()
     except BaseException:  # noqa: BLE001 - reported to the trial process, then exit
