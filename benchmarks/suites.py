@@ -126,9 +126,6 @@ def robot_arms(task: str) -> List[Arm]:
             what="the same file, each update learned while the next rollout steps (the pool on 1 thread in a "
                  "simulator process)"),
         Arm("pql", "rllib_fast_file", dict(path=pql)),
-        Arm("pql-ls128k", "rllib_fast_file", dict(path=pql, overrides={"learning_starts": 131072}),
-            what="the same file learning from the 131,072nd transition, as the SAC(n) file (docs/pql.md "
-                 "\"Go1: when learning starts\")"),
         Arm("pql-threads", "rllib_fast_file", dict(path=pql, overrides={"backend": "thread"}),
             what="the same file, learners as threads in one process"),
         Arm("sacn", "rllib_fast_file", dict(path=pql, run="SACN", drop=PQL_CONCURRENCY + PQL_EXPLORATION,
